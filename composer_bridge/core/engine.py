@@ -1,0 +1,327 @@
+"""The :class:`Engine`: runs algorithms, callbacks and handlers at each event, in a decided order.
+
+At every :meth:`Engine.run_event`:
+
+1. each algorithm in ``state.algorithms`` is asked ``match(event, state)``;
+2. the passes order the matched ones (computed once per event and algorithm set, then cached);
+3. ``apply`` runs in that order, and a :class:`Trace` is recorded for each;
+4. the traces go to the logger; then every engine callback in ``state.callbacks`` runs;
+5. then the handlers registered with :meth:`Engine.on` / :meth:`Engine.add_event_handler`.
+
+Example:
+    >>> import torch
+    >>> from composer_bridge.core import Algorithm, Event, State
+    >>> class Double(Algorithm):
+    ...     def match(self, event, state):
+    ...         return event == Event.AFTER_LOSS
+    ...     def apply(self, event, state, logger):
+    ...         state.loss = state.loss * 2
+    >>> state = State(torch.nn.Linear(1, 1), algorithms=[Double()])
+    >>> engine = Engine(state)
+    >>> state.loss = torch.tensor(1.5)
+    >>> traces = engine.run_event("after_loss")
+    >>> list(traces), state.loss.item()
+    (['Double/AFTER_LOSS'], 3.0)
+    >>> seen = []
+    >>> handle = engine.add_event_handler(Event.BATCH_END, lambda state, event: seen.append(event.name))
+    >>> _ = engine.run_event(Event.BATCH_END)
+    >>> seen
+    ['BATCH_END']
+    >>> handle.remove()
+    >>> engine.close()
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from composer_bridge.core.algorithm import Algorithm, AlgorithmError
+from composer_bridge.core.event import Event, EventFilter, EventList, _check_arity
+from composer_bridge.core.logger import Logger
+from composer_bridge.core.passes import DEFAULT_PASSES, AlgorithmPass, normalize_passes
+from composer_bridge.core.state import State
+from composer_bridge.core.trace import Trace, Traces, trace_key
+
+__all__ = ["Engine", "RemovableEventHandle"]
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[..., Any]
+_MAX_CACHED_ORDERS = 4096
+
+
+class RemovableEventHandle:
+    """Returned by :meth:`Engine.add_event_handler`; ``remove()`` unregisters the handler (also a context manager)."""
+
+    def __init__(self, engine: Engine, entries: list[tuple[Event, list[Any]]]) -> None:
+        self._engine = engine
+        self._entries = entries
+
+    def remove(self) -> None:
+        """Unregister the handler from every event it was added to. Safe to call twice."""
+        for event, entry in self._entries:
+            handlers = self._engine._handlers.get(event, [])
+            if any(e is entry for e in handlers):
+                handlers[:] = [e for e in handlers if e is not entry]
+        self._entries = []
+
+    def __enter__(self) -> RemovableEventHandle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
+
+
+class Engine:
+    """Coordinates algorithms, engine callbacks and handlers over a :class:`State`.
+
+    Args:
+        state: the state algorithms read and change; its ``algorithms`` and ``callbacks`` are
+            read at every event, so they may change during a run.
+        logger: where traces and metrics go (a :class:`Logger` with no destination if omitted).
+        algorithm_passes: extra passes, merged after the default ones: a pass, a ``(pass, index)``
+            pair, or a list of these (see :mod:`composer_bridge.core.passes`).
+        measure_cost: time every ``apply`` call (two clock reads each) into :attr:`cost`.
+    """
+
+    def __init__(
+        self,
+        state: State,
+        logger: Logger | None = None,
+        algorithm_passes: Any = None,
+        *,
+        measure_cost: bool = False,
+    ) -> None:
+        if not isinstance(state, State):
+            raise TypeError(f"Engine needs a composer_bridge.State, got {type(state).__name__}: {state!r}.")
+        self.state = state
+        self.logger = logger if logger is not None else Logger()
+        self._passes: list[AlgorithmPass] = list(DEFAULT_PASSES)
+        self._order_cache: dict[tuple[Event, tuple[int, ...]], list[tuple[Algorithm, str, str]]] = {}
+        self._handlers: dict[Event, list[list[Any]]] = {}
+        self._closed = False
+        self.measure_cost = measure_cost
+        #: ``trace key`` → ``[calls, total seconds in apply]``, filled when ``measure_cost`` is on.
+        self.cost: dict[str, list[float]] = {}
+        #: Called as ``marker(event, state)`` at every event, before the algorithms (profilers).
+        self.markers: list[Callable[[Event, State], None]] = []
+        for algorithm_pass, index in normalize_passes(algorithm_passes):
+            self.register_pass(algorithm_pass, index)
+
+    # --- passes and ordering ------------------------------------------------------------------
+    @property
+    def passes(self) -> list[AlgorithmPass]:
+        """The passes, in the order they run (defaults first, then the registered ones)."""
+        return list(self._passes)
+
+    def register_pass(self, algorithm_pass: AlgorithmPass, index: int = -1) -> None:
+        """Add a pass at ``index`` (``-1``: the end) and forget the cached orders."""
+        normalize_passes(algorithm_pass)  # validates
+        if index == -1:
+            self._passes.append(algorithm_pass)
+        else:
+            self._passes.insert(index, algorithm_pass)
+        self._order_cache.clear()
+
+    def order(self, algorithms: list[Algorithm], event: Event | str) -> list[Algorithm]:
+        """The order in which ``algorithms`` would run at ``event`` after the passes."""
+        event = Event(event)
+        return [a for a, _, _ in self._plan(algorithms, event)]
+
+    def _plan(self, matched: list[Algorithm], event: Event) -> list[tuple[Algorithm, str, str]]:
+        key = (event, tuple(map(id, matched)))
+        plan = self._order_cache.get(key)
+        if plan is None:
+            ordered = list(matched)
+            for algorithm_pass in self._passes:
+                result = algorithm_pass(ordered, event)
+                _check_pass_result(algorithm_pass, ordered, result)
+                ordered = result
+            plan = [(a, trace_key(type(a).__name__, event), type(a).__name__) for a in ordered]
+            if len(self._order_cache) >= _MAX_CACHED_ORDERS:
+                self._order_cache.clear()
+            self._order_cache[key] = plan
+        return plan
+
+    # --- running ------------------------------------------------------------------------------
+    def run_event(self, event: Event | str) -> Traces:
+        """Run every matching algorithm, then the engine callbacks, then the handlers for ``event``.
+
+        Returns the traces of the algorithms that ran, keyed ``"<AlgorithmClass>/<EVENT_NAME>"``.
+        An algorithm that raises is reported as :class:`AlgorithmError` naming it and the event.
+        """
+        if self._closed:
+            raise RuntimeError(
+                f"Engine.run_event({event!r}) after close(): the engine is shut down; create a new Engine."
+            )
+        if type(event) is not Event:
+            event = Event(event)
+        state = self.state
+        for marker in self.markers:
+            marker(event, state)
+        traces: Traces = {}
+        algorithms = state.algorithms
+        if algorithms:
+            matched = [a for a in algorithms if a.match(event, state)]
+            if matched:
+                logger = self.logger
+                plan = self._order_cache.get((event, tuple(map(id, matched))))
+                if plan is None:
+                    plan = self._plan(matched, event)
+                order = 0
+                try:
+                    if self.measure_cost:
+                        cost = self.cost
+                        clock = time.perf_counter
+                        for algorithm, key, name in plan:
+                            start = clock()
+                            exit_code = algorithm.apply(event, state, logger)
+                            spent = clock() - start
+                            entry = cost.get(key)
+                            if entry is None:
+                                cost[key] = [1, spent]
+                            else:
+                                entry[0] += 1
+                                entry[1] += spent
+                            traces[key] = Trace(name, event, exit_code, order, True)
+                            order += 1
+                    else:
+                        for algorithm, key, name in plan:
+                            traces[key] = Trace(name, event, algorithm.apply(event, state, logger), order, True)
+                            order += 1
+                except Exception as error:
+                    if traces:
+                        logger.log_traces(traces)
+                    raise AlgorithmError(plan[order][0], event, error) from error
+                logger.log_traces(traces)
+        for callback in state.callbacks:
+            callback.run_event(event, state, self.logger)
+        handlers = self._handlers.get(event)
+        if handlers:
+            for event_filter, handler, args, kwargs in tuple(handlers):
+                if event_filter is None or event_filter(state):
+                    handler(state, event, *args, **kwargs)
+        return traces
+
+    def run_marker_only_event(self, event: Event | str) -> None:
+        """Run only the markers (profilers) for ``event``: no algorithm, callback or handler.
+
+        Used where an event's pair cannot fire, e.g. ``AFTER_DATALOADER`` when the dataloader is
+        exhausted and yields no batch, to close the ``BEFORE_DATALOADER`` marker.
+        """
+        event = Event(event)
+        for marker in self.markers:
+            marker(event, self.state)
+
+    def close(self) -> None:
+        """Shut down: every callback's ``close``, then ``post_close`` for those whose ``close`` did not raise.
+
+        Errors are logged, never re-raised, so one failing callback cannot stop the others from
+        closing. Calling ``close`` again does nothing.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        closed_cleanly = []
+        for callback in self.state.callbacks:
+            try:
+                callback.close(self.state, self.logger)
+            except Exception:
+                log.exception("Error in %s.close(); its post_close() will not run.", type(callback).__name__)
+            else:
+                closed_cleanly.append(callback)
+        for callback in closed_cleanly:
+            try:
+                callback.post_close()
+            except Exception:
+                log.exception("Error in %s.post_close().", type(callback).__name__)
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` has run."""
+        return self._closed
+
+    # --- handlers (Ignite style) ---------------------------------------------------------------
+    def add_event_handler(
+        self, event: Event | str | EventFilter | EventList, handler: Handler, *args: Any, **kwargs: Any
+    ) -> RemovableEventHandle:
+        """Call ``handler(state, event, *args, **kwargs)`` at ``event`` (an event, a filter or a list).
+
+        Example: ``engine.add_event_handler(Event.BATCH_END(every=100), save, "ckpt.pt")``.
+        """
+        if not callable(handler):
+            raise TypeError(f"handler must be callable, got {handler!r} ({type(handler).__name__}).")
+        _check_arity(handler, 2, "add_event_handler", "(state, event, *args, **kwargs)", *args, **kwargs)
+        entries = []
+        for item in _as_items(event):
+            if isinstance(item, EventFilter):
+                # A fresh filter per registration keeps occurrence counters independent.
+                target, event_filter = item.event, _copy_filter(item)
+            else:
+                target, event_filter = item, None
+            entry = [event_filter, handler, args, kwargs]
+            self._handlers.setdefault(target, []).append(entry)
+            entries.append((target, entry))
+        return RemovableEventHandle(self, entries)
+
+    def on(self, event: Event | str | EventFilter | EventList, *args: Any, **kwargs: Any) -> Callable[[Handler], Handler]:
+        """Decorator form of :meth:`add_event_handler`::
+
+            @engine.on(Event.EPOCH_END(every=2))
+            def report(state, event): ...
+        """
+
+        def register(handler: Handler) -> Handler:
+            self.add_event_handler(event, handler, *args, **kwargs)
+            return handler
+
+        return register
+
+    def has_event_handler(self, handler: Handler, event: Event | str | None = None) -> bool:
+        """Whether ``handler`` is registered (for ``event``, or for any event)."""
+        events = [Event(event)] if event is not None else list(self._handlers)
+        return any(entry[1] is handler or entry[1] == handler for e in events for entry in self._handlers.get(e, []))
+
+    def remove_event_handler(self, handler: Handler, event: Event | str) -> None:
+        """Unregister ``handler`` from ``event``; raises ``ValueError`` if it was not registered there."""
+        event = Event(event)
+        handlers = self._handlers.get(event, [])
+        kept = [entry for entry in handlers if not (entry[1] is handler or entry[1] == handler)]
+        if len(kept) == len(handlers):
+            raise ValueError(f"{handler!r} is not registered for Event.{event.name}.")
+        handlers[:] = kept
+
+
+def _as_items(event: Any) -> list[Event | EventFilter]:
+    if isinstance(event, EventList):
+        return list(event.items)
+    if isinstance(event, EventFilter):
+        return [event]
+    if isinstance(event, (Event, str)):
+        return [Event(event)]
+    raise ValueError(
+        f"Cannot listen to {event!r} ({type(event).__name__}): pass an Event, its name, a filter such as "
+        "Event.BATCH_END(every=10), or events joined with |."
+    )
+
+
+def _copy_filter(f: EventFilter) -> EventFilter:
+    return EventFilter(f.event, event_filter=f.event_filter, every=f.every, once=f.once, before=f.before, after=f.after)
+
+
+def _check_pass_result(algorithm_pass: AlgorithmPass, given: list[Algorithm], result: Any) -> None:
+    name = getattr(algorithm_pass, "__qualname__", repr(algorithm_pass))
+    if not isinstance(result, list):
+        raise TypeError(
+            f"Algorithm pass {name} returned {type(result).__name__} ({result!r}); a pass must return a list "
+            "holding the algorithms it was given, reordered."
+        )
+    if len(result) != len(given) or {id(a) for a in result} != {id(a) for a in given}:
+        raise ValueError(
+            f"Algorithm pass {name} returned {result!r} for {given!r}: a pass may reorder algorithms but "
+            "must not add, drop or duplicate any."
+        )
+

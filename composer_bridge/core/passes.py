@@ -1,0 +1,157 @@
+"""Algorithm passes: pure functions that reorder the algorithms matched at an event.
+
+A pass takes ``(algorithms, event)`` and returns a list holding the same algorithms, possibly
+reordered. The engine runs its passes in order and caches the result per event and algorithm
+set, so a pass must depend on nothing else.
+
+Passes find algorithms by class name or by a marker attribute (``runs_first``, ``runs_last``,
+``interpolates_loss``), so this module never imports the algorithm library.
+
+The default passes, in the order they run:
+
+1. :func:`set_filo_order` — on ``AFTER_*`` events, reverse (A B C D → D C B A), so algorithms
+   undo their changes in the opposite order they made them.
+2. :func:`sort_selective_backprop_first` — SelectiveBackprop runs first on every event. It runs
+   *after* the reversal so that it stays first on ``AFTER_DATALOADER`` too (Composer runs the
+   reversal last, which leaves it last there, after the augmentations it should precede).
+3. :func:`sort_low_precision_norms_last` — LowPrecisionLayerNorm/GroupNorm run last.
+4. :func:`warn_if_multiple_loss_interpolation` — warns when several algorithms mix the loss.
+
+Example:
+    >>> from composer_bridge.core.event import Event
+    >>> class A: pass
+    >>> class SelectiveBackprop: pass
+    >>> a, sb = A(), SelectiveBackprop()
+    >>> [type(x).__name__ for x in sort_to_front([a, sb], "SelectiveBackprop")]
+    ['SelectiveBackprop', 'A']
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from composer_bridge.core.event import Event
+
+if TYPE_CHECKING:
+    from composer_bridge.core.algorithm import Algorithm
+
+__all__ = [
+    "AlgorithmPass",
+    "DEFAULT_PASSES",
+    "MultipleLossInterpolationWarning",
+    "normalize_passes",
+    "set_filo_order",
+    "sort_low_precision_norms_last",
+    "sort_selective_backprop_first",
+    "sort_to_back",
+    "sort_to_front",
+    "warn_if_multiple_loss_interpolation",
+]
+
+AlgorithmPass = Callable[[Sequence["Algorithm"], Event], list["Algorithm"]]
+
+_SELECTIVE_BACKPROP = ("SelectiveBackprop",)
+_LOW_PRECISION_NORMS = ("LowPrecisionLayerNorm", "LowPrecisionGroupNorm")
+
+
+class MultipleLossInterpolationWarning(UserWarning):
+    """More than one algorithm interpolates the loss at the same event."""
+
+
+def _is(algorithm: Any, cls: type | str | tuple[type | str, ...]) -> bool:
+    targets = cls if isinstance(cls, tuple) else (cls,)
+    for target in targets:
+        if isinstance(target, str):
+            if type(algorithm).__name__ == target:
+                return True
+        elif isinstance(algorithm, target):
+            return True
+    return False
+
+
+def _partition(algorithms: Sequence[Algorithm], chosen: Callable[[Any], bool], to_front: bool) -> list[Algorithm]:
+    picked, rest = [], []
+    for algorithm in algorithms:
+        (picked if chosen(algorithm) else rest).append(algorithm)
+    return picked + rest if to_front else rest + picked
+
+
+def sort_to_front(algorithms: Sequence[Algorithm], cls: type | str | tuple[type | str, ...]) -> list[Algorithm]:
+    """Move the instances of ``cls`` (a class, a class name, or a tuple of them) to the front, stably."""
+    return _partition(algorithms, lambda a: _is(a, cls), True)
+
+
+def sort_to_back(algorithms: Sequence[Algorithm], cls: type | str | tuple[type | str, ...]) -> list[Algorithm]:
+    """Move the instances of ``cls`` (a class, a class name, or a tuple of them) to the back, stably."""
+    return _partition(algorithms, lambda a: _is(a, cls), False)
+
+
+def set_filo_order(algorithms: Sequence[Algorithm], event: Event) -> list[Algorithm]:
+    """Reverse the order on ``AFTER_*`` events, so the last to change something is the first to undo it."""
+    return list(reversed(algorithms)) if event.is_after_event else list(algorithms)
+
+
+def sort_selective_backprop_first(algorithms: Sequence[Algorithm], event: Event) -> list[Algorithm]:
+    """SelectiveBackprop (or any algorithm with ``runs_first = True``) runs before the others."""
+    return _partition(algorithms, lambda a: getattr(a, "runs_first", False) or _is(a, _SELECTIVE_BACKPROP), True)
+
+
+def sort_low_precision_norms_last(algorithms: Sequence[Algorithm], event: Event) -> list[Algorithm]:
+    """LowPrecisionLayerNorm/GroupNorm (or any algorithm with ``runs_last = True``) run after the others."""
+    return _partition(algorithms, lambda a: getattr(a, "runs_last", False) or _is(a, _LOW_PRECISION_NORMS), False)
+
+
+def warn_if_multiple_loss_interpolation(algorithms: Sequence[Algorithm], event: Event) -> list[Algorithm]:
+    """Warn when more than one algorithm interpolates the loss (e.g. MixUp and CutMix together)."""
+    mixing = [type(a).__name__ for a in algorithms if getattr(a, "interpolates_loss", False)]
+    if len(mixing) > 1:
+        warnings.warn(
+            f"{', '.join(mixing)} all interpolate the loss at Event.{event.name}; their mixing compounds "
+            "and the targets no longer match the inputs. Keep one, or set interpolate_loss=False.",
+            MultipleLossInterpolationWarning,
+            stacklevel=2,
+        )
+    return list(algorithms)
+
+
+DEFAULT_PASSES: tuple[AlgorithmPass, ...] = (
+    set_filo_order,
+    sort_selective_backprop_first,
+    sort_low_precision_norms_last,
+    warn_if_multiple_loss_interpolation,
+)
+
+
+def normalize_passes(algorithm_passes: Any) -> list[tuple[AlgorithmPass, int]]:
+    """Turn a pass, a ``(pass, index)`` pair, or a list of these into ``[(pass, index), ...]``."""
+    if algorithm_passes is None:
+        return []
+    if callable(algorithm_passes) or _is_pass_with_index(algorithm_passes):
+        algorithm_passes = [algorithm_passes]
+    if not isinstance(algorithm_passes, (list, tuple)):
+        raise ValueError(_bad_pass_message(algorithm_passes))
+    normalized = []
+    for item in algorithm_passes:
+        if callable(item):
+            normalized.append((item, -1))
+        elif _is_pass_with_index(item):
+            normalized.append((item[0], item[1]))
+        else:
+            raise ValueError(_bad_pass_message(item))
+    return normalized
+
+
+def _is_pass_with_index(item: Any) -> bool:
+    return (
+        isinstance(item, tuple) and len(item) == 2 and callable(item[0])
+        and isinstance(item[1], int) and not isinstance(item[1], bool)
+    )
+
+
+def _bad_pass_message(item: Any) -> str:
+    return (
+        f"algorithm_passes got {item!r} ({type(item).__name__}). Accepted: a pass (a callable "
+        "(algorithms, event) -> list of algorithms), a (pass, index) tuple, or a list of these."
+    )

@@ -1,0 +1,208 @@
+"""The :class:`State`: everything an algorithm may read or change during training.
+
+Example:
+    >>> import torch
+    >>> state = State(torch.nn.Linear(2, 1), max_duration="10ep")
+    >>> state.batch = (torch.zeros(4, 2), torch.zeros(4))
+    >>> state.batch_set_item(1, torch.ones(4))
+    >>> state.batch_get_item(1).sum().item()
+    4.0
+    >>> state.get_elapsed_duration()
+    Time(0.0, TimeUnit.DURATION)
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from composer_bridge.core.batch import BatchKey, get_batch_item, set_batch_item
+from composer_bridge.core.time import Time, Timestamp, TimeUnit
+
+if TYPE_CHECKING:
+    from composer_bridge.core.algorithm import Algorithm
+    from composer_bridge.core.callback import Callback
+
+__all__ = ["State"]
+
+
+def _as_list(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    return [value]
+
+
+class State:
+    """A plain container for the training run, shared by the engine, algorithms and callbacks.
+
+    Only ``model`` is required. Everything else starts empty and is filled in by whoever drives
+    the loop (the Lightning bridge, or your own loop):
+
+    - ``model``, ``optimizers`` (list), ``schedulers`` (list);
+    - ``batch``, ``outputs``, ``loss`` of the current micro-batch (algorithms may replace them);
+    - ``timestamp`` (training progress; ``batch`` counts optimizer steps), ``eval_timestamp``
+      (progress within the current evaluation or prediction), ``max_duration``;
+    - ``seed``, ``precision``, ``device``, ``rank``, ``world_size``;
+    - ``algorithms`` and ``callbacks`` the engine runs (they may change between events);
+    - ``dataloader``, ``dataloader_len``, ``microbatch_index`` (micro-batch within the step),
+      ``accumulate_grad_batches``, ``sanity_checking`` (the pre-fit validation check);
+    - ``trainer``: the framework object driving the loop, for framework-specific access;
+    - ``extra``: a free dict for anything else.
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        *,
+        optimizers: torch.optim.Optimizer | Sequence[torch.optim.Optimizer] | None = None,
+        schedulers: Any = None,
+        algorithms: Sequence[Algorithm] | None = None,
+        callbacks: Sequence[Callback] | None = None,
+        max_duration: Time | str | int | None = None,
+        seed: int | None = None,
+        precision: str = "32-true",
+        device: torch.device | str | None = None,
+        rank: int = 0,
+        world_size: int = 1,
+        dataloader: Any = None,
+        dataloader_len: int | None = None,
+        run_name: str = "",
+        trainer: Any = None,
+    ) -> None:
+        self.model = model
+        self.optimizers: list[torch.optim.Optimizer] = _as_list(optimizers)
+        self.schedulers: list[Any] = _as_list(schedulers)
+        self._algorithms: list[Algorithm] = []
+        self.algorithms = list(algorithms or [])
+        self.callbacks: list[Callback] = list(callbacks or [])
+        self.max_duration = max_duration  # type: ignore[assignment]
+        self.seed = seed
+        self.precision = precision
+        self.device = torch.device(device) if device is not None else torch.device("cpu")
+        self.rank = rank
+        self.world_size = world_size
+        self.dataloader = dataloader
+        self.dataloader_len = dataloader_len
+        self.run_name = run_name
+        self.trainer = trainer
+        self.timestamp = Timestamp()
+        self.eval_timestamp = Timestamp()
+        self.batch: Any = None
+        self.outputs: Any = None
+        self.loss: Any = None
+        self.microbatch_index = 0
+        self.accumulate_grad_batches = 1
+        self.sanity_checking = False
+        self.stop_requested = False
+        self.extra: dict[str, Any] = {}
+        self._generators: dict[tuple[str, str], tuple[torch.Generator, tuple[int, ...]]] = {}
+
+    # --- algorithms ---------------------------------------------------------------------------
+    @property
+    def algorithms(self) -> list[Algorithm]:
+        """The algorithms the engine runs; assigning checks every item is an ``Algorithm``."""
+        return self._algorithms
+
+    @algorithms.setter
+    def algorithms(self, algorithms: Sequence[Algorithm]) -> None:
+        from composer_bridge.core.algorithm import check_algorithms
+
+        self._algorithms = check_algorithms(algorithms)
+
+    # --- duration -----------------------------------------------------------------------------
+    @property
+    def max_duration(self) -> Time | None:
+        """How long the run lasts, as a :class:`Time` (``"10ep"``, ``"500ba"``, ...), or ``None``."""
+        return self._max_duration
+
+    @max_duration.setter
+    def max_duration(self, value: Time | str | int | None) -> None:
+        if value is None:
+            self._max_duration = None
+            return
+        duration = Time.from_input(value, TimeUnit.EPOCH)
+        if duration.unit == TimeUnit.DURATION:
+            raise ValueError(
+                f"max_duration={value!r} is a fraction of itself; give it in ep, ba, sp, tok, iter or sec, "
+                "e.g. '10ep' or '2000ba'."
+            )
+        self._max_duration = duration
+
+    def get_elapsed_duration(self) -> Time | None:
+        """The fraction of ``max_duration`` already trained, as a ``dur`` :class:`Time` (``None`` if unknown)."""
+        if self._max_duration is None:
+            return None
+        unit = self._max_duration.unit
+        if unit == TimeUnit.SECOND:
+            elapsed = self.timestamp.total_wct.total_seconds()
+        else:
+            elapsed = float(self.timestamp.get(unit).value)
+        total = float(self._max_duration.value)
+        return Time(min(elapsed / total, 1.0) if total > 0 else 1.0, TimeUnit.DURATION)
+
+    # --- batch --------------------------------------------------------------------------------
+    def batch_get_item(self, key: BatchKey) -> Any:
+        """The part of the current batch named by ``key``: an index, a dict key or a ``(getter, setter)``."""
+        return get_batch_item(self.batch, key)
+
+    def batch_set_item(self, key: BatchKey, value: Any) -> None:
+        """Replace the part of the current batch named by ``key`` (tuples are rebuilt, not mutated)."""
+        self.batch = set_batch_item(self.batch, key, value)
+
+    # --- randomness ---------------------------------------------------------------------------
+    def generator(self, key: str, device: torch.device | str | None = None) -> torch.Generator:
+        """A ``torch.Generator`` on ``device`` for the caller named ``key`` (an algorithm's class name).
+
+        Its seed is a pure function of ``(seed, rank, key, epoch, step, micro-batch, eval batch)``,
+        re-derived whenever the loop moves on. Randomness therefore depends only on *where* in
+        training it is drawn: a run resumed from a checkpoint draws exactly what the uninterrupted
+        run drew, on every rank and device, with no generator state to save; each key has its own
+        stream, so adding an algorithm never changes another's draws.
+
+        Example:
+            >>> import torch
+            >>> state = State(torch.nn.Linear(1, 1), seed=7)
+            >>> a = torch.rand(2, generator=state.generator("MixUp"))
+            >>> state2 = State(torch.nn.Linear(1, 1), seed=7)
+            >>> torch.equal(a, torch.rand(2, generator=state2.generator("MixUp")))
+            True
+        """
+        device = torch.device(device) if device is not None else self.device
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        position = (
+            int(self.timestamp.epoch.value), int(self.timestamp.batch.value), self.microbatch_index,
+            int(self.eval_timestamp.batch.value),
+        )
+        slot = (key, str(device))
+        entry = self._generators.get(slot)
+        if entry is not None and entry[1] == position:
+            return entry[0]
+        generator = entry[0] if entry is not None else torch.Generator(device=device)
+        material = f"{self.seed or 0}/{self.rank}/{key}/{position}".encode()
+        generator.manual_seed(int.from_bytes(hashlib.blake2b(material, digest_size=8).digest(), "little") >> 1)
+        self._generators[slot] = (generator, position)
+        return generator
+
+    # --- control ------------------------------------------------------------------------------
+    def stop_training(self) -> None:
+        """Ask the loop to stop cleanly after the current step (the bridge tells the Trainer)."""
+        self.stop_requested = True
+
+    @property
+    def is_model_ddp(self) -> bool:
+        """Whether the model the loop runs is wrapped in DistributedDataParallel."""
+        trainer_model = getattr(getattr(self.trainer, "strategy", None), "model", None)
+        return isinstance(trainer_model, torch.nn.parallel.DistributedDataParallel)
+
+    def __repr__(self) -> str:
+        names = [type(a).__name__ for a in self._algorithms]
+        return (
+            f"State(model={type(self.model).__name__}, timestamp={self.timestamp!r}, "
+            f"max_duration={self._max_duration}, algorithms={names})"
+        )

@@ -1,0 +1,14 @@
+"""The Lightning side of the bridge: the callback, Composer-style modules, loggers."""
+
+from composer_bridge.lightning.callback import AlgorithmEngineCallback, BridgeConfigurationError
+from composer_bridge.lightning.checkpoint_state import CheckpointStateError
+from composer_bridge.lightning.module import ComposerClassifier, ComposerModule, soft_cross_entropy
+
+__all__ = [
+    "AlgorithmEngineCallback",
+    "BridgeConfigurationError",
+    "CheckpointStateError",
+    "ComposerClassifier",
+    "ComposerModule",
+    "soft_cross_entropy",
+]

@@ -1,0 +1,5 @@
+"""Small reference models the examples, tests and benchmarks train (and the surgery algorithms know)."""
+
+from composer_bridge.models.resnet import BasicBlock, ResNetCNN
+
+__all__ = ["BasicBlock", "ResNetCNN"]
