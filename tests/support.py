@@ -1,0 +1,81 @@
+"""Small real pieces the tests share: data, models, a quiet Trainer, a 2-process DDP runner."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from composer_bridge import ComposerClassifier
+from composer_bridge.models import ResNetCNN
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def image_dataset(n: int = 64, size: tuple[int, int] = (8, 8), channels: int = 1, classes: int = 4, seed: int = 0) -> TensorDataset:
+    """Random images whose class is learnable (the class shifts the mean of the image)."""
+    g = torch.Generator().manual_seed(seed)
+    y = torch.randint(0, classes, (n,), generator=g)
+    x = torch.randn(n, channels, *size, generator=g) + y.view(-1, 1, 1, 1).float()
+    return TensorDataset(x, y)
+
+
+def image_loader(n: int = 64, batch_size: int = 16, shuffle: bool = False, **kwargs: Any) -> DataLoader:
+    """A loader over :func:`image_dataset`; unshuffled unless asked (shuffling is seeded)."""
+    return DataLoader(
+        image_dataset(n, **kwargs), batch_size=batch_size, shuffle=shuffle,
+        generator=torch.Generator().manual_seed(0) if shuffle else None,
+    )
+
+
+def tiny_classifier(classes: int = 4, channels: int = 1, lr: float = 0.05) -> ComposerClassifier:
+    """A ComposerClassifier around a 2-block ResNet-style CNN (a few thousand parameters)."""
+    torch.manual_seed(0)
+    net = ResNetCNN(num_classes=classes, in_channels=channels, widths=(8, 16), blocks_per_stage=1)
+    return ComposerClassifier(net, num_classes=classes, optimizer=lambda p: torch.optim.SGD(p, lr=lr, momentum=0.9))
+
+
+def quiet_trainer(**overrides: Any) -> L.Trainer:
+    """A CPU Trainer with no logger, checkpointing, progress bar or model summary unless overridden."""
+    options: dict[str, Any] = dict(
+        accelerator="cpu", devices=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, num_sanity_val_steps=0, max_epochs=1,
+    )
+    options.update(overrides)
+    return L.Trainer(**options)
+
+
+def weights_of(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """A detached copy of every parameter and buffer."""
+    return {k: v.detach().clone() for k, v in module.state_dict().items()}
+
+
+def assert_same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
+    """Exactly equal tensors under exactly the same names."""
+    assert a.keys() == b.keys(), sorted(set(a) ^ set(b))
+    for key in a:
+        assert torch.equal(a[key], b[key]), f"{key} differs: max |diff| = {(a[key].float() - b[key].float()).abs().max()}"
+
+
+def run_ddp_script(body: str, tmp_path: Path, timeout: float = 240) -> subprocess.CompletedProcess:
+    """Run ``body`` (a Python script using ``strategy='ddp', devices=2, accelerator='cpu'``) in a subprocess.
+
+    The script runs with the repository and tests on ``sys.path`` and ``tmp_path`` as cwd;
+    returns the completed process (stdout/stderr captured). Lightning launches the second rank.
+    """
+    script = tmp_path / "ddp_script.py"
+    script.write_text(textwrap.dedent(body))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "tests"), env.get("PYTHONPATH", "")])
+    env.setdefault("WANDB_MODE", "offline")
+    env["OMP_NUM_THREADS"] = "1"
+    return subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout
+    )
