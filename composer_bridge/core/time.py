@@ -1,0 +1,692 @@
+"""Training time: units (:class:`TimeUnit`), amounts (:class:`Time`) and progress (:class:`Timestamp`).
+
+Composer measures training in epochs, batches, samples, tokens, iterations, wall-clock seconds,
+or as a fraction of the whole run ("duration"). Amounts are written as time strings such as
+``"10ep"``, ``"2_000ba"``, ``"0.5dur"`` or ``"1h20m"``::
+
+    >>> Time.from_timestring("10ep")
+    Time(10, TimeUnit.EPOCH)
+    >>> Time.from_timestring("1h20m") == Time(4800, "sec")
+    True
+    >>> ts = Timestamp(epoch=1, batch=20).to_next_batch(samples=32)
+    >>> ts.batch, ts.sample
+    (Time(21, TimeUnit.BATCH), Time(32, TimeUnit.SAMPLE))
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+import re
+from enum import Enum
+from typing import Any, Generic, TypeVar
+
+__all__ = ["Time", "TimeUnit", "Timestamp", "ensure_time"]
+
+
+class TimeUnit(str, Enum):
+    """The units training time is counted in; the value is the suffix used in time strings.
+
+    Example:
+        >>> TimeUnit("ep") is TimeUnit.EPOCH
+        True
+        >>> str(TimeUnit.DURATION)
+        'dur'
+    """
+
+    EPOCH = "ep"
+    ITERATION = "iter"
+    BATCH = "ba"
+    SAMPLE = "sp"
+    TOKEN = "tok"
+    DURATION = "dur"
+    SECOND = "sec"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @classmethod
+    def _missing_(cls, value: object) -> TimeUnit | None:
+        # Accept member names and any case ("EPOCH", "Ep") so config files need not match exactly.
+        if isinstance(value, str):
+            text = value.strip()
+            for member in cls:
+                if text.lower() == member.value or text.upper() == member.name:
+                    return member
+        return None
+
+    @classmethod
+    def parse(cls, unit: TimeUnit | str) -> TimeUnit:
+        """``unit`` as a :class:`TimeUnit`; an unknown name raises ``ValueError`` listing the known ones."""
+        if isinstance(unit, TimeUnit):
+            return unit
+        try:
+            return cls(unit)
+        except ValueError:
+            raise ValueError(f"Unknown time unit {unit!r}; use one of {_UNIT_LIST}.") from None
+
+    @property
+    def is_integer(self) -> bool:
+        """Whether amounts of this unit are whole numbers (everything except ``dur`` and ``sec``)."""
+        return self not in (TimeUnit.DURATION, TimeUnit.SECOND)
+
+
+_UNIT_LIST = ", ".join(repr(u.value) for u in TimeUnit)
+_ACCEPTED_FORMS = (
+    "a number followed by a unit, e.g. '10ep', '2_000ba', '512sp', '1000tok', '3iter', '0.5dur', '90sec' "
+    f"(units: {_UNIT_LIST}; all but 'dur' and 'sec' need whole numbers), "
+    "or hours/minutes/seconds such as '1h20m', '1h20m30s', '2m' or '90s'"
+)
+
+# The number part is deliberately permissive (underscores, exponent) and is checked by int()/float():
+# str() of a float Time can be e.g. '1e-05dur', and that must parse back.
+_NUMBER_UNIT = re.compile(r"(?P<number>[0-9_]*\.?[0-9_]*(?:[eE][+-]?[0-9]+)?)(?P<unit>[a-zA-Z]+)")
+_HOURS_MINUTES_SECONDS = re.compile(r"(?:(?P<h>[0-9_]+)h)?(?:(?P<m>[0-9_]+)m)?(?:(?P<s>[0-9_]*\.?[0-9_]+)s)?")
+
+TValue = TypeVar("TValue", int, float)
+Number = int | float
+
+
+def _check_value(value: Any, unit: TimeUnit) -> int | float:
+    """``value`` validated for ``unit``: a finite, non-negative number, whole for integer units."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        # Accept numeric scalars that are not Python numbers (0-d tensors, numpy scalars).
+        if hasattr(value, "item") and not isinstance(value, bool):
+            value = value.item()
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(
+                f"A Time value must be an int or a float, not {type(value).__name__} ({value!r})."
+            )
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"A Time value must be finite, got {value!r} {unit.value}.")
+    if value < 0:
+        raise ValueError(f"A Time value cannot be negative, got {value!r} {unit.value}.")
+    if unit.is_integer:
+        if isinstance(value, float):
+            if not value.is_integer():
+                raise ValueError(
+                    f"{value!r} is not a whole number of {unit.name.lower()}s ('{unit.value}'): "
+                    f"'{unit.value}' requires whole numbers. Use a fraction of the run such as "
+                    f"'0.5dur', or a smaller unit (e.g. batches 'ba' instead of epochs 'ep')."
+                )
+            value = int(value)
+        return int(value)
+    return value
+
+
+class Time(Generic[TValue]):
+    """An amount of training time: a non-negative ``value`` in a :class:`TimeUnit`.
+
+    ``ep``, ``iter``, ``ba``, ``sp`` and ``tok`` hold whole numbers; ``dur`` (a fraction of the
+    whole run) and ``sec`` hold floats (or ints). ``unit`` may be a :class:`TimeUnit` or its string.
+
+    Times of the same unit add, subtract and compare; a plain number stands for the same unit.
+    ``Time * number`` and ``Time / number`` scale (integer units round down, as in Composer);
+    ``Time * Time(f, 'dur')`` takes the fraction ``f`` of it; ``Time / Time`` of one unit is
+    their ratio as a float. Mixing units in arithmetic or ordering raises ``ValueError``; ``==``
+    between units is simply ``False`` so Times of any unit can live in one set or dict.
+
+    Example:
+        >>> t = Time(10, "ep")
+        >>> t
+        Time(10, TimeUnit.EPOCH)
+        >>> str(t + Time.from_epoch(5)), t == "10ep", t / Time(20, "ep")
+        ('15ep', True, 0.5)
+        >>> Time(1000, "ba") * Time(0.25, "dur")
+        Time(250, TimeUnit.BATCH)
+    """
+
+    __slots__ = ("_value", "_unit")
+
+    def __init__(self, value: TValue, unit: TimeUnit | str) -> None:
+        unit = TimeUnit.parse(unit)
+        self._unit = unit
+        self._value = _check_value(value, unit)
+
+    # --- constructors -------------------------------------------------------------------------
+    @classmethod
+    def from_epoch(cls, epoch: int) -> Time[int]:
+        """``Time(epoch, TimeUnit.EPOCH)``."""
+        return cls(epoch, TimeUnit.EPOCH)
+
+    @classmethod
+    def from_iteration(cls, iteration: int) -> Time[int]:
+        """``Time(iteration, TimeUnit.ITERATION)``."""
+        return cls(iteration, TimeUnit.ITERATION)
+
+    @classmethod
+    def from_batch(cls, batch: int) -> Time[int]:
+        """``Time(batch, TimeUnit.BATCH)``."""
+        return cls(batch, TimeUnit.BATCH)
+
+    @classmethod
+    def from_sample(cls, sample: int) -> Time[int]:
+        """``Time(sample, TimeUnit.SAMPLE)``."""
+        return cls(sample, TimeUnit.SAMPLE)
+
+    @classmethod
+    def from_token(cls, token: int) -> Time[int]:
+        """``Time(token, TimeUnit.TOKEN)``."""
+        return cls(token, TimeUnit.TOKEN)
+
+    @classmethod
+    def from_duration(cls, duration: float) -> Time[float]:
+        """``Time(duration, TimeUnit.DURATION)``: a fraction of the whole run (``1.0`` is all of it)."""
+        return cls(duration, TimeUnit.DURATION)
+
+    @classmethod
+    def from_second(cls, second: float) -> Time[float]:
+        """``Time(second, TimeUnit.SECOND)``: wall-clock seconds."""
+        return cls(second, TimeUnit.SECOND)
+
+    @classmethod
+    def from_timestring(cls, timestring: str) -> Time:
+        """Parse ``"10ep"``, ``"2_000ba"``, ``"0.5dur"``, ``"90sec"``, ``"1h20m30s"``, ``"90s"``, ...
+
+        Surrounding whitespace is ignored. Anything else raises ``ValueError`` naming the string
+        and the accepted forms.
+
+        Example:
+            >>> Time.from_timestring(" 2_000ba ")
+            Time(2000, TimeUnit.BATCH)
+            >>> Time.from_timestring("1h20m30s")
+            Time(4830, TimeUnit.SECOND)
+        """
+        if not isinstance(timestring, str):
+            raise TypeError(f"A time string must be a str, not {type(timestring).__name__} ({timestring!r}).")
+        text = timestring.strip()
+
+        hms = _HOURS_MINUTES_SECONDS.fullmatch(text)
+        if text and hms is not None:
+            try:
+                hours = int(hms["h"]) if hms["h"] else 0
+                minutes = int(hms["m"]) if hms["m"] else 0
+                seconds = _parse_number(hms["s"]) if hms["s"] else 0
+            except ValueError:
+                raise ValueError(
+                    f"Invalid time string {timestring!r}: accepted forms are {_ACCEPTED_FORMS}."
+                ) from None
+            return cls(hours * 3600 + minutes * 60 + seconds, TimeUnit.SECOND)
+
+        match = _NUMBER_UNIT.fullmatch(text)
+        if match is None or not any(c.isdigit() for c in match["number"]):
+            raise ValueError(f"Invalid time string {timestring!r}: accepted forms are {_ACCEPTED_FORMS}.")
+        try:
+            unit = TimeUnit(match["unit"].lower())
+        except ValueError:
+            raise ValueError(
+                f"Invalid time string {timestring!r}: unknown unit {match['unit']!r}; "
+                f"accepted forms are {_ACCEPTED_FORMS}."
+            ) from None
+        try:
+            value = _parse_number(match["number"])
+        except ValueError:
+            raise ValueError(
+                f"Invalid time string {timestring!r}: {match['number']!r} is not a number; "
+                f"accepted forms are {_ACCEPTED_FORMS}."
+            ) from None
+        if unit.is_integer and not float(value).is_integer():
+            raise ValueError(
+                f"Invalid time string {timestring!r}: '{unit.value}' requires whole numbers. Use a fraction of "
+                f"the run such as '0.5dur', or a smaller unit (e.g. 'ba' instead of 'ep'); "
+                f"accepted forms are {_ACCEPTED_FORMS}."
+            )
+        return cls(value, unit)
+
+    @classmethod
+    def from_input(cls, value: Time | str | int | float, default_unit: TimeUnit | str | None = None) -> Time:
+        """``value`` as a :class:`Time`: a Time as is, a str parsed as a time string, a number in ``default_unit``.
+
+        Example:
+            >>> Time.from_input(3, "ep"), Time.from_input("5ba"), Time.from_input(Time(1, "sp"))
+            (Time(3, TimeUnit.EPOCH), Time(5, TimeUnit.BATCH), Time(1, TimeUnit.SAMPLE))
+        """
+        if isinstance(value, Time):
+            return value
+        if isinstance(value, str):
+            return cls.from_timestring(value)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if default_unit is None:
+                raise TypeError(
+                    f"Cannot tell the unit of the bare number {value!r}: pass a time string such as "
+                    f"'{value}ep' or '{value}ba', a Time, or give a default_unit."
+                )
+            return cls(value, default_unit)
+        raise TypeError(
+            f"Expected a Time, a time string (e.g. '10ep', '0.5dur', '1h20m') or a number with a default unit; "
+            f"got {type(value).__name__} ({value!r})."
+        )
+
+    # --- accessors ----------------------------------------------------------------------------
+    @property
+    def value(self) -> TValue:
+        """The amount, in :attr:`unit`."""
+        return self._value  # type: ignore[return-value]
+
+    @property
+    def unit(self) -> TimeUnit:
+        """The :class:`TimeUnit` of :attr:`value`."""
+        return self._unit
+
+    def to_timestring(self) -> str:
+        """The time string that :meth:`from_timestring` parses back to this Time, e.g. ``"10ep"``."""
+        return f"{self._value!r}{self._unit.value}"
+
+    def __str__(self) -> str:
+        return self.to_timestring()
+
+    def __repr__(self) -> str:
+        return f"Time({self._value!r}, TimeUnit.{self._unit.name})"
+
+    def __index__(self) -> int:
+        if not isinstance(self._value, int):
+            raise TypeError(
+                f"{self} is not a whole number and cannot be used as an index; use int() or float()."
+            )
+        return self._value
+
+    def __int__(self) -> int:
+        return int(self._value)
+
+    def __float__(self) -> float:
+        return float(self._value)
+
+    def __hash__(self) -> int:
+        # hash(value) agrees with ``Time(3, 'ep') == 3``; Times of other units merely collide.
+        return hash(self._value)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Time, (self._value, self._unit.value))
+
+    # --- arithmetic and comparison --------------------------------------------------------------
+    def _same_unit(self, other: object, operation: str) -> Time | None:
+        """``other`` as a Time of this unit (numbers and strings are converted); ``None`` if unsupported."""
+        if isinstance(other, str):
+            other = Time.from_timestring(other)
+        elif isinstance(other, (int, float)) and not isinstance(other, bool):
+            return _PlainNumber(other, self._unit)  # type: ignore[return-value]
+        if not isinstance(other, Time):
+            return None
+        if other._unit != self._unit:
+            raise ValueError(
+                f"Cannot {operation} {self} ({self._unit.name.lower()}, '{self._unit.value}') and {other} "
+                f"({other._unit.name.lower()}, '{other._unit.value}'): the units differ. Convert one of them "
+                f"first, e.g. with the epoch length or max_duration."
+            )
+        return other
+
+    def __add__(self, other: object) -> Time:
+        same = self._same_unit(other, "add")
+        if same is None:
+            return NotImplemented
+        return Time(self._value + same._value, self._unit)
+
+    __radd__ = __add__
+
+    def __sub__(self, other: object) -> Time:
+        same = self._same_unit(other, "subtract")
+        if same is None:
+            return NotImplemented
+        return Time(self._value - same._value, self._unit)
+
+    def __rsub__(self, other: object) -> Time:
+        same = self._same_unit(other, "subtract")
+        if same is None:
+            return NotImplemented
+        return Time(same._value - self._value, self._unit)
+
+    def _scaled(self, factor: float) -> Time:
+        value = self._value * factor
+        if self._unit.is_integer:
+            # Composer rounds fractional amounts of whole units down (e.g. warm-up of 0.1 of 15 epochs).
+            value = int(value)
+        return Time(value, self._unit)
+
+    def __mul__(self, other: object) -> Time:
+        if isinstance(other, Time):
+            if other._unit != TimeUnit.DURATION:
+                raise ValueError(
+                    f"Cannot multiply {self} by {other}: only a fraction of the run ('dur', e.g. '0.5dur') "
+                    f"or a plain number can scale a Time."
+                )
+            return self._scaled(other._value)
+        if isinstance(other, (int, float)) and not isinstance(other, bool):
+            return self._scaled(other)
+        return NotImplemented
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, other: object) -> Any:
+        if isinstance(other, (Time, str)):
+            same = self._same_unit(other, "divide")
+            assert same is not None
+            return self._value / same._value
+        if isinstance(other, (int, float)) and not isinstance(other, bool):
+            return self._scaled(1 / other)
+        return NotImplemented
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, str):
+            try:
+                other = Time.from_timestring(other)
+            except ValueError:
+                return False
+        if isinstance(other, Time):
+            return self._unit == other._unit and self._value == other._value
+        if isinstance(other, (int, float)) and not isinstance(other, bool):
+            return self._value == other
+        return NotImplemented
+
+    def _compare(self, other: object, operation: str) -> tuple[Number, Number] | None:
+        same = self._same_unit(other, f"compare ({operation})")
+        if same is None:
+            return None
+        return self._value, same._value
+
+    def __lt__(self, other: object) -> bool:
+        pair = self._compare(other, "<")
+        return NotImplemented if pair is None else pair[0] < pair[1]
+
+    def __le__(self, other: object) -> bool:
+        pair = self._compare(other, "<=")
+        return NotImplemented if pair is None else pair[0] <= pair[1]
+
+    def __gt__(self, other: object) -> bool:
+        pair = self._compare(other, ">")
+        return NotImplemented if pair is None else pair[0] > pair[1]
+
+    def __ge__(self, other: object) -> bool:
+        pair = self._compare(other, ">=")
+        return NotImplemented if pair is None else pair[0] >= pair[1]
+
+
+class _PlainNumber:
+    """A plain number taken in a Time's unit; unlike a Time it may be negative or fractional (``t > 2.5``)."""
+
+    __slots__ = ("_value", "_unit")
+
+    def __init__(self, value: Number, unit: TimeUnit) -> None:
+        self._value = value
+        self._unit = unit
+
+
+def _parse_number(text: str) -> int | float:
+    """An int if ``text`` is written as one (underscores allowed), else a float; ``ValueError`` otherwise."""
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
+
+
+def ensure_time(maybe_time: Time | str | int | float, default_unit: TimeUnit | str | None) -> Time:
+    """Alias of :meth:`Time.from_input`: a Time, a time string, or a number in ``default_unit``.
+
+    Example:
+        >>> ensure_time("0.5dur", "ep"), ensure_time(2, "ep")
+        (Time(0.5, TimeUnit.DURATION), Time(2, TimeUnit.EPOCH))
+    """
+    return Time.from_input(maybe_time, default_unit)
+
+
+_COUNTS: dict[str, TimeUnit] = {
+    "iteration": TimeUnit.ITERATION,
+    "epoch": TimeUnit.EPOCH,
+    "batch": TimeUnit.BATCH,
+    "sample": TimeUnit.SAMPLE,
+    "token": TimeUnit.TOKEN,
+    "epoch_in_iteration": TimeUnit.EPOCH,
+    "batch_in_epoch": TimeUnit.BATCH,
+    "sample_in_epoch": TimeUnit.SAMPLE,
+    "token_in_epoch": TimeUnit.TOKEN,
+}
+_WALL_CLOCKS = ("total_wct", "iteration_wct", "epoch_wct", "batch_wct")
+_ZERO = datetime.timedelta(0)
+
+
+def _count(name: str, value: Time | int) -> Time[int]:
+    unit = _COUNTS[name]
+    if isinstance(value, Time):
+        if value.unit != unit:
+            raise ValueError(f"Timestamp {name} must be in '{unit.value}', got {value}.")
+        return value
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"Timestamp {name} must be an int or a Time in '{unit.value}', got {value!r}.")
+    return Time(value, unit)
+
+
+def _wall_clock(name: str, value: datetime.timedelta | float | None) -> datetime.timedelta:
+    if value is None:
+        return _ZERO
+    if isinstance(value, datetime.timedelta):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return datetime.timedelta(seconds=value)
+    raise TypeError(f"Timestamp {name} must be a datetime.timedelta or seconds, got {value!r}.")
+
+
+class Timestamp:
+    """Where training is: counts of iterations, epochs, batches, samples and tokens, and wall-clock times.
+
+    Counts are exposed as :class:`Time` (``ts.epoch`` is ``Time(n, 'ep')``), wall-clock times
+    (``*_wct``) as ``datetime.timedelta``. A Timestamp does not change under you: the ``to_next_*``
+    methods and :meth:`copy` return new ones (only :meth:`load_state_dict` updates in place).
+
+    Example:
+        >>> ts = Timestamp(epoch=2, batch=100)
+        >>> ts.epoch, ts.get("ba")
+        (Time(2, TimeUnit.EPOCH), Time(100, TimeUnit.BATCH))
+        >>> ts = ts.to_next_batch(samples=64).to_next_epoch()
+        >>> ts.epoch.value, ts.batch.value, ts.sample.value, ts.batch_in_epoch.value
+        (3, 101, 64, 0)
+    """
+
+    def __init__(
+        self,
+        iteration: Time | int = 0,
+        epoch: Time | int = 0,
+        batch: Time | int = 0,
+        sample: Time | int = 0,
+        token: Time | int = 0,
+        epoch_in_iteration: Time | int = 0,
+        batch_in_epoch: Time | int = 0,
+        sample_in_epoch: Time | int = 0,
+        token_in_epoch: Time | int = 0,
+        total_wct: datetime.timedelta | float | None = None,
+        iteration_wct: datetime.timedelta | float | None = None,
+        epoch_wct: datetime.timedelta | float | None = None,
+        batch_wct: datetime.timedelta | float | None = None,
+    ) -> None:
+        self._set(locals())
+
+    def _set(self, fields: dict[str, Any]) -> None:
+        # Validate everything before assigning anything, so a bad value leaves the Timestamp unchanged.
+        counts = {name: _count(name, fields[name]) for name in _COUNTS}
+        clocks = {name: _wall_clock(name, fields[name]) for name in _WALL_CLOCKS}
+        self._counts = counts
+        self._clocks = clocks
+
+    def _fields(self) -> dict[str, Any]:
+        return {**self._counts, **self._clocks}
+
+    # --- counts ---------------------------------------------------------------------------------
+    @property
+    def iteration(self) -> Time[int]:
+        """Iterations completed (an iteration is a pass over several epochs, e.g. a curriculum stage)."""
+        return self._counts["iteration"]
+
+    @property
+    def epoch(self) -> Time[int]:
+        """Epochs completed."""
+        return self._counts["epoch"]
+
+    @property
+    def batch(self) -> Time[int]:
+        """Batches (optimizer steps) completed."""
+        return self._counts["batch"]
+
+    @property
+    def sample(self) -> Time[int]:
+        """Samples trained on."""
+        return self._counts["sample"]
+
+    @property
+    def token(self) -> Time[int]:
+        """Tokens trained on."""
+        return self._counts["token"]
+
+    @property
+    def epoch_in_iteration(self) -> Time[int]:
+        """Epochs completed in the current iteration."""
+        return self._counts["epoch_in_iteration"]
+
+    @property
+    def batch_in_epoch(self) -> Time[int]:
+        """Batches completed in the current epoch."""
+        return self._counts["batch_in_epoch"]
+
+    @property
+    def sample_in_epoch(self) -> Time[int]:
+        """Samples trained on in the current epoch."""
+        return self._counts["sample_in_epoch"]
+
+    @property
+    def token_in_epoch(self) -> Time[int]:
+        """Tokens trained on in the current epoch."""
+        return self._counts["token_in_epoch"]
+
+    # --- wall clock -----------------------------------------------------------------------------
+    @property
+    def total_wct(self) -> datetime.timedelta:
+        """Wall-clock time spent training, in all."""
+        return self._clocks["total_wct"]
+
+    @property
+    def iteration_wct(self) -> datetime.timedelta:
+        """Wall-clock time spent in the current iteration."""
+        return self._clocks["iteration_wct"]
+
+    @property
+    def epoch_wct(self) -> datetime.timedelta:
+        """Wall-clock time spent in the current epoch."""
+        return self._clocks["epoch_wct"]
+
+    @property
+    def batch_wct(self) -> datetime.timedelta:
+        """Wall-clock time of the last batch."""
+        return self._clocks["batch_wct"]
+
+    def get(self, unit: TimeUnit | str) -> Time:
+        """The total count in ``unit`` (``ep``, ``iter``, ``ba``, ``sp``, ``tok``), or ``total_wct`` for ``sec``.
+
+        ``dur`` raises ``ValueError``: a fraction of the run needs ``max_duration``, which the
+        :class:`~composer_bridge.core.state.State` knows (``State.get_elapsed_duration()``).
+        """
+        unit = TimeUnit.parse(unit)
+        if unit == TimeUnit.DURATION:
+            raise ValueError(
+                "A Timestamp cannot give its progress in 'dur': that is a fraction of max_duration, which the "
+                "Timestamp does not know. Use State.get_elapsed_duration(), or get() the unit of max_duration."
+            )
+        if unit == TimeUnit.SECOND:
+            return Time(self.total_wct.total_seconds(), TimeUnit.SECOND)
+        return {
+            TimeUnit.ITERATION: self.iteration,
+            TimeUnit.EPOCH: self.epoch,
+            TimeUnit.BATCH: self.batch,
+            TimeUnit.SAMPLE: self.sample,
+            TimeUnit.TOKEN: self.token,
+        }[unit]
+
+    # --- progress -------------------------------------------------------------------------------
+    def copy(self, **overrides: Any) -> Timestamp:
+        """A new Timestamp with the same fields, except those given as keyword arguments.
+
+        Example:
+            >>> Timestamp(epoch=3).copy(batch=7).batch
+            Time(7, TimeUnit.BATCH)
+        """
+        unknown = sorted(set(overrides) - set(_COUNTS) - set(_WALL_CLOCKS))
+        if unknown:
+            raise TypeError(f"Timestamp has no field(s) {unknown}; fields are {[*_COUNTS, *_WALL_CLOCKS]}.")
+        return Timestamp(**{**self._fields(), **overrides})
+
+    def to_next_batch(
+        self,
+        samples: Time | int = 0,
+        tokens: Time | int = 0,
+        duration: datetime.timedelta | float | None = None,
+    ) -> Timestamp:
+        """The Timestamp after one more batch of ``samples`` samples and ``tokens`` tokens lasting ``duration``."""
+        samples = _count("sample", samples)
+        tokens = _count("token", tokens)
+        wct = _wall_clock("duration", duration)
+        return self.copy(
+            batch=self.batch + 1,
+            batch_in_epoch=self.batch_in_epoch + 1,
+            sample=self.sample + samples,
+            sample_in_epoch=self.sample_in_epoch + samples,
+            token=self.token + tokens,
+            token_in_epoch=self.token_in_epoch + tokens,
+            total_wct=self.total_wct + wct,
+            iteration_wct=self.iteration_wct + wct,
+            epoch_wct=self.epoch_wct + wct,
+            batch_wct=wct,
+        )
+
+    def to_next_epoch(self) -> Timestamp:
+        """The Timestamp at the start of the next epoch: ``epoch + 1``, per-epoch counts and clocks reset."""
+        return self.copy(
+            epoch=self.epoch + 1,
+            epoch_in_iteration=self.epoch_in_iteration + 1,
+            batch_in_epoch=0,
+            sample_in_epoch=0,
+            token_in_epoch=0,
+            epoch_wct=_ZERO,
+            batch_wct=_ZERO,
+        )
+
+    def to_next_iteration(self) -> Timestamp:
+        """The Timestamp at the start of the next iteration: ``iteration + 1``, per-iteration and per-epoch state reset."""
+        return self.copy(
+            iteration=self.iteration + 1,
+            epoch_in_iteration=0,
+            batch_in_epoch=0,
+            sample_in_epoch=0,
+            token_in_epoch=0,
+            iteration_wct=_ZERO,
+            epoch_wct=_ZERO,
+            batch_wct=_ZERO,
+        )
+
+    # --- persistence ----------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, int | float]:
+        """Plain data (ints, and floats for seconds) that survives ``torch.load(weights_only=True)``."""
+        state: dict[str, int | float] = {name: int(count.value) for name, count in self._counts.items()}
+        state.update({name: clock.total_seconds() for name, clock in self._clocks.items()})
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore from :meth:`state_dict`'s output; missing fields are zero, unknown ones raise ``ValueError``."""
+        unknown = sorted(set(state) - set(_COUNTS) - set(_WALL_CLOCKS))
+        if unknown:
+            raise ValueError(
+                f"Unknown Timestamp state_dict key(s) {unknown}; expected some of {[*_COUNTS, *_WALL_CLOCKS]}."
+            )
+        fields: dict[str, Any] = {name: 0 for name in _COUNTS}
+        fields.update({name: None for name in _WALL_CLOCKS})
+        fields.update(state)
+        self._set(fields)
+
+    # --- comparison and display -----------------------------------------------------------------
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Timestamp):
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(tuple(self._fields().values()))
+
+    def __repr__(self) -> str:
+        counts = ", ".join(f"{name}={int(count.value)}" for name, count in self._counts.items())
+        clocks = ", ".join(f"{name}={clock!r}" for name, clock in self._clocks.items() if clock != _ZERO)
+        return f"Timestamp({counts}{', ' + clocks if clocks else ''})"
