@@ -134,15 +134,23 @@ class State:
         self._max_duration = duration
 
     def get_elapsed_duration(self) -> Time | None:
-        """The fraction of ``max_duration`` already trained, as a ``dur`` :class:`Time` (``None`` if unknown)."""
+        """The fraction of ``max_duration`` already trained, as a ``dur`` :class:`Time` (``None`` if unknown).
+
+        With ``max_duration`` in epochs and ``dataloader_len`` (optimizer steps per epoch) known,
+        the fraction is counted in steps, so schedules advance smoothly within an epoch.
+        """
         if self._max_duration is None:
             return None
         unit = self._max_duration.unit
+        total = float(self._max_duration.value)
         if unit == TimeUnit.SECOND:
             elapsed = self.timestamp.total_wct.total_seconds()
+        elif unit == TimeUnit.EPOCH and self.dataloader_len:
+            # Count in steps so the fraction moves within an epoch, not only at its end.
+            elapsed = float(self.timestamp.batch.value)
+            total *= self.dataloader_len
         else:
             elapsed = float(self.timestamp.get(unit).value)
-        total = float(self._max_duration.value)
         return Time(min(elapsed / total, 1.0) if total > 0 else 1.0, TimeUnit.DURATION)
 
     # --- batch --------------------------------------------------------------------------------
