@@ -44,8 +44,16 @@ class CheckpointStateError(ValueError):
 
 def _plain(value: Any) -> Any:
     """``value`` as plain data (Times become strings), or raise ``TypeError``."""
-    if isinstance(value, _PLAIN):
+    if value is None or type(value) in _PLAIN:
         return value
+    # Subclasses (str enums such as Event, IntEnum) become their plain base type: checkpoints must
+    # unpickle with weights_only=True, which refuses unknown classes.
+    if isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, (int, float)):
+        return int(value) if isinstance(value, int) else float(value)
     if isinstance(value, Time):
         return str(value)
     if isinstance(value, (list, tuple)):
