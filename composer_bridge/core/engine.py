@@ -100,7 +100,8 @@ class Engine:
         self.state = state
         self.logger = logger if logger is not None else Logger()
         self._passes: list[AlgorithmPass] = list(DEFAULT_PASSES)
-        self._order_cache: dict[tuple[Event, tuple[int, ...]], list[tuple[Algorithm, str, str]]] = {}
+        # (event, ids of the matched algorithms) -> [(algorithm, trace key, trace if apply returns None)]
+        self._order_cache: dict[tuple[Event, tuple[int, ...]], list[tuple[Algorithm, str, Trace]]] = {}
         self._handlers: dict[Event, list[list[Any]]] = {}
         self._closed = False
         self.measure_cost = measure_cost
@@ -131,7 +132,7 @@ class Engine:
         event = Event(event)
         return [a for a, _, _ in self._plan(algorithms, event)]
 
-    def _plan(self, matched: list[Algorithm], event: Event) -> list[tuple[Algorithm, str, str]]:
+    def _plan(self, matched: list[Algorithm], event: Event) -> list[tuple[Algorithm, str, Trace]]:
         key = (event, tuple(map(id, matched)))
         plan = self._order_cache.get(key)
         if plan is None:
@@ -140,7 +141,11 @@ class Engine:
                 result = algorithm_pass(ordered, event)
                 _check_pass_result(algorithm_pass, ordered, result)
                 ordered = result
-            plan = [(a, trace_key(type(a).__name__, event), type(a).__name__) for a in ordered]
+            # The trace of an ``apply`` that returns None is the same every time: build it once here.
+            plan = [
+                (a, trace_key(type(a).__name__, event), Trace(type(a).__name__, event, None, i, True))
+                for i, a in enumerate(ordered)
+            ]
             if len(self._order_cache) >= _MAX_CACHED_ORDERS:
                 self._order_cache.clear()
             self._order_cache[key] = plan
@@ -171,12 +176,11 @@ class Engine:
                 plan = self._order_cache.get((event, tuple(map(id, matched))))
                 if plan is None:
                     plan = self._plan(matched, event)
-                order = 0
                 try:
                     if self.measure_cost:
                         cost = self.cost
                         clock = time.perf_counter
-                        for algorithm, key, name in plan:
+                        for algorithm, key, trace in plan:
                             start = clock()
                             exit_code = algorithm.apply(event, state, logger)
                             spent = clock() - start
@@ -186,16 +190,15 @@ class Engine:
                             else:
                                 entry[0] += 1
                                 entry[1] += spent
-                            traces[key] = Trace(name, event, exit_code, order, True)
-                            order += 1
+                            traces[key] = trace if exit_code is None else _with_exit_code(trace, exit_code)
                     else:
-                        for algorithm, key, name in plan:
-                            traces[key] = Trace(name, event, algorithm.apply(event, state, logger), order, True)
-                            order += 1
+                        for algorithm, key, trace in plan:
+                            exit_code = algorithm.apply(event, state, logger)
+                            traces[key] = trace if exit_code is None else _with_exit_code(trace, exit_code)
                 except Exception as error:
                     if traces:
                         logger.log_traces(traces)
-                    raise AlgorithmError(plan[order][0], event, error) from error
+                    raise AlgorithmError(algorithm, event, error) from error
                 logger.log_traces(traces)
         for callback in state.callbacks:
             callback.run_event(event, state, self.logger)
@@ -306,6 +309,10 @@ def _as_items(event: Any) -> list[Event | EventFilter]:
         f"Cannot listen to {event!r} ({type(event).__name__}): pass an Event, its name, a filter such as "
         "Event.BATCH_END(every=10), or events joined with |."
     )
+
+
+def _with_exit_code(trace: Trace, exit_code: Any) -> Trace:
+    return Trace(trace.name, trace.event, exit_code, trace.order, True)
 
 
 def _copy_filter(f: EventFilter) -> EventFilter:

@@ -15,9 +15,9 @@ from composer_bridge.core.event import Event
 __all__ = ["Trace", "Traces", "trace_key"]
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, frozen=True)
 class Trace:
-    """One algorithm's execution at one event.
+    """One algorithm's execution at one event (immutable: the engine reuses equal traces).
 
     ``name`` is the algorithm's class name, ``exit_code`` what ``apply`` returned, ``order`` its
     position among the algorithms run at this event (``None`` if it did not run).
