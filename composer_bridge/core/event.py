@@ -108,20 +108,32 @@ class Event(str, Enum):
 
     @property
     def is_before_event(self) -> bool:
-        """Whether this is a ``BEFORE_*`` event (the first half of a before/after pair)."""
-        return self.value.startswith("before_")
+        """Whether this event opens a before/after pair: ``BEFORE_*``, ``EVAL_BEFORE_*`` or ``*_START``.
+
+        As in Composer, ``FIT_START``, ``EPOCH_START``, ``BATCH_START``, ``EVAL_START`` ... count.
+        """
+        value = self.value
+        return value.startswith("before_") or "_before_" in value or value.endswith("_start")
 
     @property
     def is_after_event(self) -> bool:
-        """Whether this is an ``AFTER_*`` event; the default passes reverse algorithm order on these."""
-        return self.value.startswith("after_")
+        """Whether this event closes a before/after pair: ``AFTER_*``, ``EVAL_AFTER_*`` or ``*_END``.
+
+        As in Composer, the default passes reverse the algorithm order on these (``BATCH_END``,
+        ``EPOCH_END``, ``FIT_END``, ... included).
+        """
+        value = self.value
+        return value.startswith("after_") or "_after_" in value or value.endswith("_end")
 
     @property
     def canonical_name(self) -> str:
-        """The name without its ``before_``/``after_`` prefix: ``Event.AFTER_LOSS.canonical_name == 'loss'``."""
-        if self.is_before_event or self.is_after_event:
-            return self.value.split("_", 1)[1]
-        return self.value
+        """The name shared by both halves of a pair, as in Composer: the value without ``before_``,
+        ``after_``, ``_start`` and ``_end`` (``AFTER_LOSS`` → ``'loss'``, ``EPOCH_END`` → ``'epoch'``,
+        ``EVAL_BEFORE_ALL`` → ``'eval_all'``)."""
+        name = self.value
+        for marker in ("before_", "after_", "_start", "_end"):
+            name = name.replace(marker, "")
+        return name
 
     @property
     def is_eval(self) -> bool:

@@ -9,8 +9,9 @@ Passes find algorithms by class name or by a marker attribute (``runs_first``, `
 
 The default passes, in the order they run:
 
-1. :func:`set_filo_order` — on ``AFTER_*`` events, reverse (A B C D → D C B A), so algorithms
-   undo their changes in the opposite order they made them.
+1. :func:`set_filo_order` — on after-events (``AFTER_*``, ``EVAL_AFTER_*``, ``*_END``; see
+   :attr:`Event.is_after_event`), reverse (A B C D → D C B A), so algorithms undo their changes
+   in the opposite order they made them.
 2. :func:`sort_selective_backprop_first` — SelectiveBackprop runs first on every event. It runs
    *after* the reversal so that it stays first on ``AFTER_DATALOADER`` too (Composer runs the
    reversal last, which leaves it last there, after the augmentations it should precede).
@@ -89,7 +90,7 @@ def sort_to_back(algorithms: Sequence[Algorithm], cls: type | str | tuple[type |
 
 
 def set_filo_order(algorithms: Sequence[Algorithm], event: Event) -> list[Algorithm]:
-    """Reverse the order on ``AFTER_*`` events, so the last to change something is the first to undo it."""
+    """Reverse the order on after-events (``AFTER_*``, ``*_END``), so the last to change something undoes first."""
     return list(reversed(algorithms)) if event.is_after_event else list(algorithms)
 
 
