@@ -254,3 +254,30 @@ def test_module_is_left_as_it_was_after_fit() -> None:
     quiet_trainer(max_steps=1, callbacks=[AlgorithmEngineCallback([])]).fit(model, image_loader())
     assert not patched & set(model.__dict__), "the bridge's instance hooks are removed after fit"
     assert weights_of(model).keys() == weights_of(tiny_classifier()).keys()
+
+
+def test_bf16_mixed_precision_runs_every_event_and_reports_its_precision() -> None:
+    seen: list[tuple[str, torch.dtype]] = []
+
+    def record(state: State) -> None:
+        seen.append((state.precision, state.outputs.dtype))
+
+    model = tiny_classifier()
+    trainer = quiet_trainer(max_steps=2, precision="bf16-mixed",
+                            callbacks=[AlgorithmEngineCallback([At(Event.AFTER_FORWARD, record)])])
+    trainer.fit(model, image_loader())
+    assert seen == [("bf16-mixed", torch.bfloat16)] * 2
+    assert trainer.global_step == 2
+
+
+def test_explicit_find_unused_parameters_false_is_respected_with_a_warning() -> None:
+    from lightning.pytorch.strategies import DDPStrategy
+
+    class Freezer(At):
+        find_unused_parameters = True
+
+    strategy = DDPStrategy(find_unused_parameters=False, process_group_backend="gloo")
+    trainer = quiet_trainer(max_steps=1, strategy=strategy, callbacks=[AlgorithmEngineCallback([Freezer(Event.INIT, id)])])
+    with pytest.warns(UserWarning, match="Freezer may leave parameters without gradients.*find_unused_parameters=False"):
+        trainer.fit(tiny_classifier(), image_loader())
+    assert strategy._ddp_kwargs["find_unused_parameters"] is False
