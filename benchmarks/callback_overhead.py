@@ -27,7 +27,7 @@ from typing import Any
 import lightning as L
 import torch
 
-from composer_bridge import AlgorithmEngineCallback, Algorithm, ComposerModule, Event, State
+from composer_bridge import Algorithm, AlgorithmEngineCallback, ComposerModule, Event, State
 
 
 class Tiny(L.LightningModule):

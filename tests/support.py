@@ -64,6 +64,15 @@ def assert_same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) 
         assert torch.equal(a[key], b[key]), f"{key} differs: max |diff| = {(a[key].float() - b[key].float()).abs().max()}"
 
 
+def free_port() -> int:
+    """A TCP port nobody listens on right now."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 def run_ddp_script(body: str, tmp_path: Path, timeout: float = 240) -> subprocess.CompletedProcess:
     """Run ``body`` (a Python script using ``strategy='ddp', devices=2, accelerator='cpu'``) in a subprocess.
 
@@ -76,6 +85,10 @@ def run_ddp_script(body: str, tmp_path: Path, timeout: float = 240) -> subproces
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "tests"), env.get("PYTHONPATH", "")])
     env.setdefault("WANDB_MODE", "offline")
     env["OMP_NUM_THREADS"] = "1"
+    env["MASTER_ADDR"] = "127.0.0.1"
+    env["MASTER_PORT"] = str(free_port())  # never inherit a port another test still holds
+    for inherited in ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "GROUP_RANK", "RANK"):
+        env.pop(inherited, None)
     return subprocess.run(
         [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout
     )

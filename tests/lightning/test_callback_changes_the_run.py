@@ -10,7 +10,7 @@ import pytest
 import torch
 from support import image_loader, quiet_trainer, tiny_classifier, weights_of
 
-from composer_bridge import AlgorithmEngineCallback, Algorithm, Callback, ComposerModule, Event, State
+from composer_bridge import Algorithm, AlgorithmEngineCallback, Callback, ComposerModule, Event, State
 from composer_bridge.core.algorithm import AlgorithmError
 from composer_bridge.lightning import BridgeConfigurationError
 
@@ -270,8 +270,13 @@ def test_bf16_mixed_precision_runs_every_event_and_reports_its_precision() -> No
     assert trainer.global_step == 2
 
 
-def test_explicit_find_unused_parameters_false_is_respected_with_a_warning() -> None:
+def test_explicit_find_unused_parameters_false_is_respected_with_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
     from lightning.pytorch.strategies import DDPStrategy
+    from support import free_port
+
+    for name in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "LOCAL_RANK", "NODE_RANK"):
+        monkeypatch.delenv(name, raising=False)  # Lightning writes these into os.environ
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
 
     class Freezer(At):
         find_unused_parameters = True
@@ -280,4 +285,6 @@ def test_explicit_find_unused_parameters_false_is_respected_with_a_warning() -> 
     trainer = quiet_trainer(max_steps=1, strategy=strategy, callbacks=[AlgorithmEngineCallback([Freezer(Event.INIT, id)])])
     with pytest.warns(UserWarning, match="Freezer may leave parameters without gradients.*find_unused_parameters=False"):
         trainer.fit(tiny_classifier(), image_loader())
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
     assert strategy._ddp_kwargs["find_unused_parameters"] is False

@@ -10,7 +10,7 @@ import pytest
 import torch
 from support import image_loader, quiet_trainer, tiny_classifier
 
-from composer_bridge import AlgorithmEngineCallback, Algorithm, Event, State
+from composer_bridge import Algorithm, AlgorithmEngineCallback, Event, State
 from composer_bridge.core.time import TimeUnit
 
 
