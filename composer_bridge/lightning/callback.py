@@ -46,9 +46,14 @@ from composer_bridge.lightning.checkpoint_state import (
     known_algorithm_classes,
     rebuild_algorithm,
 )
+from composer_bridge.lightning.cost_report import CostReport
+from composer_bridge.lightning.cost_report import cost_report as build_cost_report
 from composer_bridge.lightning.loggers import LightningLoggers
 from composer_bridge.lightning.module import ComposerModule, _batch_size, attach_bridge, detach_bridge
 from composer_bridge.lightning.module_patches import ModulePatches
+from composer_bridge.lightning.plan import Plan, make_plan
+from composer_bridge.lightning.traces import TraceMode, TraceReporting, TraceStore
+from composer_bridge.lightning.wandb_report import wandb_run_config
 
 __all__ = ["AlgorithmEngineCallback", "BridgeConfigurationError"]
 
@@ -73,6 +78,10 @@ class AlgorithmEngineCallback(L.Callback):
             re-create them (from the library or ``known_algorithms``) instead of raising.
         known_algorithms: your own ``Algorithm`` classes that ``add_missing_on_load`` may re-create.
         measure_cost: time each algorithm's ``apply`` (see :meth:`cost_report`).
+        trace_mode: how often traces go to the Lightning loggers as ``algorithm_traces/<Algo>/<EVENT>``:
+            ``"summary"`` (each key once, plus totals at fit end; the default), ``"every_event"``,
+            or an int ``n`` (each key at most once every n steps). See ``docs/traces.md``.
+        trace_file: also write the text trace (``[STEP=3][LayerFreezing/EPOCH_END=1]``) to this file.
 
     Example:
         >>> from composer_bridge.algorithms import LabelSmoothing
@@ -91,6 +100,8 @@ class AlgorithmEngineCallback(L.Callback):
         add_missing_on_load: bool = False,
         known_algorithms: Sequence[type] = (),
         measure_cost: bool = True,
+        trace_mode: TraceMode = "summary",
+        trace_file: str | os.PathLike[str] | None = None,
     ) -> None:
         super().__init__()
         self.algorithms: list[Algorithm] = check_algorithms(algorithms if algorithms is not None else [])
@@ -106,6 +117,7 @@ class AlgorithmEngineCallback(L.Callback):
         self.logger = Logger()
         #: ``"<Algorithm>/<EVENT>"`` → ``[calls, seconds]``; kept across fit/validate calls.
         self.cost: dict[str, list[float]] = {}
+        self._reporting = TraceReporting(trace_mode, trace_file)
         self.state: State | None = None
         self.engine: Engine | None = None
         self._trainer: L.Trainer | None = None
@@ -135,7 +147,7 @@ class AlgorithmEngineCallback(L.Callback):
 
     def _make_destinations(self, trainer: L.Trainer) -> list[Any]:
         """Where the engine logger writes: the Trainer's Lightning loggers."""
-        return [LightningLoggers(trainer)]
+        return [LightningLoggers(trainer), self._reporting.destination(trainer, self._current_step)]
 
     # ------------------------------------------------------------------------------------------
     # setup: INIT, capability checks, module hooks
@@ -330,6 +342,7 @@ class AlgorithmEngineCallback(L.Callback):
         state.device = pl_module.device
         self._fit_started_at = time.perf_counter()
         self.run_event(Event.FIT_START)
+        self._reporting.fit_start(trainer, lambda: self.plan().text, self._run_config)
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         state = self.state
@@ -405,6 +418,7 @@ class AlgorithmEngineCallback(L.Callback):
         self.run_event(Event.ITERATION_END)
         self.run_event(Event.ITERATION_CHECKPOINT)
         self.run_event(Event.FIT_END)
+        self._reporting.fit_end(trainer, self._current_step(), self.cost)
 
     def _honour_stop(self, trainer: L.Trainer) -> None:
         if self.state is not None and self.state.stop_requested:
@@ -480,6 +494,7 @@ class AlgorithmEngineCallback(L.Callback):
     # shutdown
     # ------------------------------------------------------------------------------------------
     def _shutdown(self) -> None:
+        self._reporting.close()
         if self.engine is not None:
             self.engine.close()
         if self._patches is not None:
@@ -491,7 +506,46 @@ class AlgorithmEngineCallback(L.Callback):
         self._shutdown()
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        self._reporting.fit_end(trainer, self._current_step(), self.cost, failed=True)
         self._shutdown()
+
+    # ------------------------------------------------------------------------------------------
+    # what ran, in which order, at what cost (traces.py, plan.py, cost_report.py, wandb_report.py)
+    # ------------------------------------------------------------------------------------------
+    @property
+    def traces(self) -> TraceStore:
+        """Every trace of the run by step: ``callback.traces[step]`` lists that step's traces in run order.
+
+        ``callback.traces.stats[key]`` holds the totals of each ``"<Algorithm>/<EVENT>"`` key. In
+        ``trace_mode="summary"`` only the first and latest steps are kept in full (the totals cover all).
+        """
+        return self._reporting.store
+
+    def plan(self) -> Plan:
+        """For each event that has algorithms, the order they run in after the passes, and known conflicts.
+
+        ``print(callback.plan())``; works before ``fit`` too (``match`` is then probed on a bare state).
+        """
+        algorithms = self.state.algorithms if self.state is not None else self.algorithms
+        return make_plan(algorithms, self._passes(), self.state, self.traces.stats)
+
+    def cost_report(self) -> CostReport:
+        """Wall time each algorithm spent in ``apply``, per event, as a printable table (``print(...)``)."""
+        train = self.state.timestamp.total_wct.total_seconds() if self.state is not None else None
+        note = "" if self.measure_cost else "Cost measurement is off: create the callback with measure_cost=True."
+        return build_cost_report(self.cost, train_seconds=train, note=note)
+
+    def _passes(self) -> list[Any]:
+        if self.engine is not None:
+            return self.engine.passes
+        return Engine(State(torch.nn.Module()), algorithm_passes=self.algorithm_passes).passes
+
+    def _current_step(self) -> int:
+        return int(self.state.timestamp.batch.value) if self.state is not None else 0
+
+    def _run_config(self) -> dict[str, Any]:
+        algorithms = self.state.algorithms if self.state is not None else self.algorithms
+        return wandb_run_config(algorithms, self._passes(), self.plan().orders)
 
     # ------------------------------------------------------------------------------------------
     # checkpoints
