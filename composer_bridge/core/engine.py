@@ -120,7 +120,11 @@ class Engine:
 
     def register_pass(self, algorithm_pass: AlgorithmPass, index: int = -1) -> None:
         """Add a pass at ``index`` (``-1``: the end) and forget the cached orders."""
-        normalize_passes(algorithm_pass)  # validates
+        if not callable(algorithm_pass) or isinstance(index, bool) or not isinstance(index, int):
+            raise ValueError(
+                f"register_pass({algorithm_pass!r}, index={index!r}): expected one pass (a callable "
+                "(algorithms, event) -> list of algorithms) and an int index; call it once per pass."
+            )
         if index == -1:
             self._passes.append(algorithm_pass)
         else:
