@@ -45,8 +45,8 @@ def get_batch_item(batch: Any, key: BatchKey) -> Any:
 def set_batch_item(batch: Any, key: BatchKey, value: Any) -> Any:
     """Return ``batch`` with the part named by ``key`` replaced by ``value``.
 
-    Lists and dicts are changed in place and returned; tuples (named tuples included) are
-    rebuilt; a ``(getter, setter)`` key calls ``setter(batch, value)`` and returns its result,
+    Lists and dicts are changed in place and returned; tuples (named tuples included, by index or
+    field name) are rebuilt; a ``(getter, setter)`` key calls ``setter(batch, value)`` and returns its result,
     or ``batch`` if it returns ``None``.
     """
     if _is_getter_setter(key):
@@ -59,6 +59,8 @@ def set_batch_item(batch: Any, key: BatchKey, value: Any) -> Any:
         except IndexError as err:
             raise KeyError(_explain(batch, key, err)) from None
         return type(batch)(*items) if hasattr(batch, "_fields") else type(batch)(items)
+    if isinstance(batch, tuple) and isinstance(key, str) and key in getattr(batch, "_fields", ()):
+        return batch._replace(**{key: value})  # a named tuple's field, by name
     if isinstance(batch, MutableMapping) or (isinstance(batch, Sequence) and not isinstance(batch, (str, bytes))):
         try:
             if isinstance(batch, MutableMapping) and key not in batch:

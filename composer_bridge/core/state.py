@@ -78,7 +78,7 @@ class State:
         self.optimizers: list[torch.optim.Optimizer] = _as_list(optimizers)
         self.schedulers: list[Any] = _as_list(schedulers)
         self._algorithms: list[Algorithm] = []
-        self.algorithms = list(algorithms or [])
+        self.algorithms = algorithms if algorithms is not None else []  # checked (and copied) by the setter
         self.callbacks: list[Callback] = list(callbacks or [])
         self.max_duration = max_duration  # type: ignore[assignment]
         self.seed = seed
