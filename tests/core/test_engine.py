@@ -490,3 +490,13 @@ def test_two_engines_are_independent():
     second.run_event(Event.FIT_START)  # closing one does not close the other
     assert not second.closed
     assert make_engine().passes == second.passes  # a new engine starts with the defaults only
+
+
+def test_the_callback_base_class_accepts_every_event_and_keeps_no_state():
+    callback = Callback()
+    for event in Event:
+        callback.run_event(event, None, None)  # a no-op method per event
+    assert callback.state_dict() == {}
+    callback.load_state_dict({})
+    callback.close(None, None)
+    callback.post_close()
