@@ -1,0 +1,126 @@
+"""LabelSmoothing: train against targets shrunk towards the uniform distribution (Szegedy et al., 2016).
+
+Functional form :func:`smooth_labels`; the :class:`LabelSmoothing` algorithm swaps the batch's
+targets for smoothed ones at ``BEFORE_LOSS`` and puts the originals back at ``AFTER_LOSS``, so
+metrics and other algorithms see the real labels.
+
+Example:
+    >>> import torch
+    >>> logits = torch.zeros(2, 4)
+    >>> smooth_labels(logits, torch.tensor([0, 3]), smoothing=0.2)
+    tensor([[0.8500, 0.0500, 0.0500, 0.0500],
+            [0.0500, 0.0500, 0.0500, 0.8500]])
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.nn.functional as F
+
+from composer_bridge.core.algorithm import Algorithm
+from composer_bridge.core.batch import BatchKey
+from composer_bridge.core.event import Event
+
+if TYPE_CHECKING:
+    from composer_bridge.core.logger import Logger
+    from composer_bridge.core.state import State
+
+__all__ = ["LabelSmoothing", "smooth_labels"]
+
+
+def targets_as_probabilities(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """``target`` as per-class probabilities shaped like ``logits`` (``(N, C, ...)``).
+
+    Class indices (``target.ndim == logits.ndim - 1``, an integer dtype) become one-hot float32
+    vectors along dimension 1, with ``C = logits.shape[1]``; targets already shaped like the
+    logits are returned as floating tensors (their dtype kept, integers become float32).
+    """
+    if target.shape == logits.shape:
+        return target if target.dtype.is_floating_point else target.float()
+    if target.ndim == logits.ndim - 1 and not target.dtype.is_floating_point:
+        one_hot = F.one_hot(target.long(), num_classes=logits.shape[1]).to(torch.float32)
+        return one_hot.movedim(-1, 1) if one_hot.ndim > 2 else one_hot
+    raise ValueError(
+        f"Cannot read targets of shape {tuple(target.shape)} ({target.dtype}) against outputs of shape "
+        f"{tuple(logits.shape)}: expected class indices of shape {tuple(logits.shape[:1] + logits.shape[2:])} "
+        f"(an integer dtype) or probabilities of shape {tuple(logits.shape)}. Check the target_key and that "
+        "the model's outputs are (N, num_classes, ...) logits."
+    )
+
+
+def smooth_labels(logits: torch.Tensor, target: torch.Tensor, smoothing: float = 0.1) -> torch.Tensor:
+    """Shrink ``target`` towards uniform: ``(1 - smoothing) * one_hot(target) + smoothing / num_classes``.
+
+    Args:
+        logits: the model's outputs (or any tensor of their shape), ``(N, num_classes, ...)``.
+        target: class indices of shape ``(N, ...)`` or probabilities shaped like ``logits``.
+        smoothing: in ``[0, 1]``; 0 leaves the targets unchanged, 1 makes them uniform.
+
+    Returns:
+        The smoothed targets, shaped like ``logits``: float32 for index targets, the targets'
+        dtype for probability targets.
+
+    Example:
+        >>> import torch
+        >>> out = smooth_labels(torch.zeros(1, 5), torch.tensor([2]), smoothing=0.5)
+        >>> [round(p, 3) for p in out[0].tolist()]
+        [0.1, 0.1, 0.6, 0.1, 0.1]
+    """
+    _check_smoothing(smoothing)
+    probabilities = targets_as_probabilities(logits, target)
+    return probabilities * (1.0 - smoothing) + smoothing / logits.shape[1]
+
+
+def _check_smoothing(smoothing: float) -> None:
+    # ``not 0 <= x <= 1`` also rejects NaN.
+    if isinstance(smoothing, bool) or not isinstance(smoothing, (int, float)) or not 0 <= smoothing <= 1:
+        raise ValueError(
+            f"smoothing={smoothing!r} is outside [0, 1]: it is the weight of the uniform distribution in the "
+            "smoothed targets (0 = no smoothing, 1 = uniform targets). Typical values are 0.05 to 0.2."
+        )
+
+
+class LabelSmoothing(Algorithm):
+    """Train on smoothed targets: at ``BEFORE_LOSS`` the targets become :func:`smooth_labels` of them.
+
+    The original targets are restored at ``AFTER_LOSS``. Needs a
+    :class:`~composer_bridge.ComposerModule` (separate ``forward`` and ``loss``) whose loss
+    accepts probability targets, as :class:`~composer_bridge.ComposerClassifier`'s does.
+
+    Args:
+        smoothing: weight of the uniform distribution, in ``[0, 1]``. Default ``0.1``.
+        target_key: where the targets are in the batch (index, dict key or ``(getter, setter)``).
+
+    Example:
+        >>> algorithm = LabelSmoothing(smoothing=0.1)
+        >>> algorithm
+        LabelSmoothing(smoothing=0.1, target_key=1)
+    """
+
+    unique = True
+    needs_loss_events = True
+
+    def __init__(self, smoothing: float = 0.1, target_key: BatchKey = 1) -> None:
+        _check_smoothing(smoothing)
+        self.smoothing = smoothing
+        self.target_key = target_key
+        self.original_labels: Any = None
+
+    def match(self, event: Event, state: State) -> bool:
+        return event in (Event.BEFORE_LOSS, Event.AFTER_LOSS)
+
+    def apply(self, event: Event, state: State, logger: Logger) -> None:
+        if event == Event.BEFORE_LOSS:
+            labels = state.batch_get_item(self.target_key)
+            if not isinstance(state.outputs, torch.Tensor) or not isinstance(labels, torch.Tensor):
+                raise TypeError(
+                    f"LabelSmoothing needs tensor outputs and targets, got outputs of type "
+                    f"{type(state.outputs).__name__} and targets of type {type(labels).__name__}."
+                )
+            self.original_labels = labels
+            state.batch_set_item(self.target_key, smooth_labels(state.outputs, labels, self.smoothing))
+        elif self.original_labels is not None:
+            state.batch_set_item(self.target_key, self.original_labels)
+            self.original_labels = None
