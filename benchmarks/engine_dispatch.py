@@ -40,22 +40,17 @@ STEP_EVENTS = [
 COMPOSER_PYTHON = "/tmp/anchorenv/bin/python"
 
 
-def time_per_event(dispatch: Callable[[object], object], events: list, reps: int, runs: int) -> float:
-    """Median over ``runs`` of the microseconds per ``dispatch(event)`` call, ``reps`` passes over ``events``."""
-    for event in events:  # warm caches (the engine's order cache, Ignite's handler lists)
-        dispatch(event)
-    samples = []
+def one_run(dispatch: Callable[[object], object], events: list, reps: int) -> float:
+    """Microseconds per ``dispatch(event)`` call over ``reps`` passes over ``events``, garbage collector off."""
     gc.disable()
     try:
-        for _ in range(runs):
-            start = time.perf_counter_ns()
-            for _ in range(reps):
-                for event in events:
-                    dispatch(event)
-            samples.append((time.perf_counter_ns() - start) / 1000 / (reps * len(events)))
+        start = time.perf_counter_ns()
+        for _ in range(reps):
+            for event in events:
+                dispatch(event)
+        return (time.perf_counter_ns() - start) / 1000 / (reps * len(events))
     finally:
         gc.enable()
-    return statistics.median(samples)
 
 
 # --- composer_bridge -----------------------------------------------------------------------------
@@ -72,22 +67,22 @@ def noop_algorithms(n: int) -> list[Algorithm]:
     return [type(f"NoOp{i}", (NoOp,), {})() for i in range(n)]
 
 
-def bridge_algorithms(n: int, reps: int, runs: int) -> float:
+def bridge_algorithms(n: int) -> tuple[Callable, list]:
     engine = Engine(State(torch.nn.Linear(1, 1), algorithms=noop_algorithms(n)))
-    return time_per_event(engine.run_event, [Event[name] for name in STEP_EVENTS], reps, runs)
+    return engine.run_event, [Event[name] for name in STEP_EVENTS]
 
 
-def bridge_handlers(n: int, reps: int, runs: int) -> float:
+def bridge_handlers(n: int) -> tuple[Callable, list]:
     engine = Engine(State(torch.nn.Linear(1, 1)))
     events = [Event[name] for name in STEP_EVENTS]
     for event in events:
         for _ in range(n):
             engine.add_event_handler(event, lambda state, event: None)
-    return time_per_event(engine.run_event, events, reps, runs)
+    return engine.run_event, events
 
 
 # --- PyTorch Ignite ------------------------------------------------------------------------------
-def ignite_handlers(n: int, reps: int, runs: int) -> float:
+def ignite_handlers(n: int) -> tuple[Callable, list]:
     from ignite.engine import Engine as IgniteEngine
     from ignite.engine.events import EventEnum
 
@@ -98,19 +93,20 @@ def ignite_handlers(n: int, reps: int, runs: int) -> float:
         for _ in range(n):
             engine.add_event_handler(event, lambda engine: None)
     # _fire_event is what Ignite's own loop calls for every event (fire_event adds one call on top).
-    return time_per_event(engine._fire_event, list(StepEvents), reps, runs)
+    return engine._fire_event, list(StepEvents)
 
 
 # --- MosaicML Composer (in its own environment) --------------------------------------------------
-COMPOSER_SNIPPET = r"""
-import gc, json, statistics, sys, time, logging
+# A worker in Composer's environment: reads "N REPS" lines, answers with the µs per event of one run.
+COMPOSER_WORKER = r"""
+import gc, json, sys, time
 import torch
 from composer.core import Algorithm, Engine, Event, State
 from composer.loggers import Logger
 from composer.models import ComposerClassifier
 
-counts, reps, runs, names = json.loads(sys.argv[1])
 torch.set_num_threads(1)
+names = json.loads(sys.argv[1])
 
 class NoOp(Algorithm):
     def match(self, event, state):
@@ -119,80 +115,116 @@ class NoOp(Algorithm):
         return None
 
 data = torch.utils.data.TensorDataset(torch.zeros(8, 2), torch.zeros(8, dtype=torch.long))
-results = {}
-for n in counts:
-    algorithms = [type(f"NoOp{i}", (NoOp,), {})() for i in range(n)]
-    state = State(model=ComposerClassifier(torch.nn.Linear(2, 2), num_classes=2), rank_zero_seed=0,
-                  run_name="bench", device="cpu", algorithms=algorithms, max_duration="1ep",
-                  dataloader=torch.utils.data.DataLoader(data, batch_size=2), dataloader_label="train")
-    engine = Engine(state, Logger(state))
-    events = [Event[name] for name in names]
-    for event in events:
-        engine.run_event(event)
-    samples = []
+engines = {}
+
+def engine_with(n):
+    if n not in engines:
+        algorithms = [type(f"NoOp{i}", (NoOp,), {})() for i in range(n)]
+        state = State(model=ComposerClassifier(torch.nn.Linear(2, 2), num_classes=2), rank_zero_seed=0,
+                      run_name="bench", device="cpu", algorithms=algorithms, max_duration="1ep",
+                      dataloader=torch.utils.data.DataLoader(data, batch_size=2), dataloader_label="train")
+        engines[n] = Engine(state, Logger(state))
+        for event in events:
+            engines[n].run_event(event)
+    return engines[n]
+
+events = [Event[name] for name in names]
+print(json.dumps({"version": __import__("composer").__version__}), flush=True)
+for line in sys.stdin:
+    n, reps = map(int, line.split())
+    run_event = engine_with(n).run_event
     gc.disable()
-    for _ in range(runs):
-        start = time.perf_counter_ns()
-        for _ in range(reps):
-            for event in events:
-                engine.run_event(event)
-        samples.append((time.perf_counter_ns() - start) / 1000 / (reps * len(events)))
+    start = time.perf_counter_ns()
+    for _ in range(reps):
+        for event in events:
+            run_event(event)
+    spent = (time.perf_counter_ns() - start) / 1000 / (reps * len(events))
     gc.enable()
-    results[n] = statistics.median(samples)
-    engine.close()
-print(json.dumps({"version": __import__("composer").__version__, "results": results}))
+    print(json.dumps(spent), flush=True)
 """
 
 
-def composer_engine(counts: list[int], reps: int, runs: int) -> tuple[str, dict[int, float]] | None:
-    if not os.path.exists(COMPOSER_PYTHON):
-        return None
-    # Composer is far slower per event: fewer repetitions give the same measuring time.
-    arg = json.dumps([counts, max(reps // 10, 20), runs, STEP_EVENTS])
-    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    done = subprocess.run([COMPOSER_PYTHON, "-c", COMPOSER_SNIPPET, arg], capture_output=True, text=True,
-                          env=env, check=False)
-    if done.returncode != 0:
-        print(f"(Composer measurement failed: {done.stderr.strip().splitlines()[-1:]})", file=sys.stderr)
-        return None
-    out = json.loads(done.stdout.strip().splitlines()[-1])
-    return out["version"], {int(k): v for k, v in out["results"].items()}
+class ComposerWorker:
+    """Composer's Engine, measured in its own interpreter so that Composer is never imported here."""
+
+    def __init__(self) -> None:
+        self.process = subprocess.Popen(
+            [COMPOSER_PYTHON, "-c", COMPOSER_WORKER, json.dumps(STEP_EVENTS)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            env={**os.environ, "PYTHONWARNINGS": "ignore"},
+        )
+        self.version = json.loads(self._read())["version"]
+
+    def _read(self) -> str:
+        line = self.process.stdout.readline()  # type: ignore[union-attr]
+        if not line:
+            raise RuntimeError(f"the Composer worker ({COMPOSER_PYTHON}) exited with {self.process.wait()}")
+        return line
+
+    def one_run(self, n: int, reps: int) -> float:
+        self.process.stdin.write(f"{n} {reps}\n")  # type: ignore[union-attr]
+        self.process.stdin.flush()  # type: ignore[union-attr]
+        return float(json.loads(self._read()))
+
+    def close(self) -> None:
+        self.process.stdin.close()  # type: ignore[union-attr]
+        self.process.wait()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--counts", type=int, nargs="+", default=[0, 1, 4, 16], help="algorithms / handlers")
-    parser.add_argument("--reps", type=int, default=2000, help="steps per run")
-    parser.add_argument("--runs", type=int, default=7, help="runs per measurement (the median is reported)")
-    parser.add_argument("--no-composer", action="store_true", help="skip the Composer subprocess")
+    parser.add_argument("--reps", type=int, default=2000, help="steps per run (Composer: a tenth of it)")
+    parser.add_argument("--runs", type=int, default=9, help="runs per measurement (the median is reported)")
+    parser.add_argument("--no-composer", action="store_true", help="leave Composer out")
     args = parser.parse_args()
     torch.set_num_threads(1)
 
     import ignite
 
-    ours, handlers, theirs = {}, {}, {}
-    for n in args.counts:
-        ours[n] = bridge_algorithms(n, args.reps, args.runs)
-        handlers[n] = bridge_handlers(n, args.reps, args.runs)
-        theirs[n] = ignite_handlers(n, args.reps, args.runs)
-    composer = None if args.no_composer else composer_engine(args.counts, args.reps, args.runs)
+    composer = None
+    if not args.no_composer and os.path.exists(COMPOSER_PYTHON):
+        try:
+            composer = ComposerWorker()
+        except (OSError, RuntimeError, ValueError) as error:
+            print(f"(Composer not measured: {error})", file=sys.stderr)
+    systems: dict[str, dict[int, tuple[Callable, list]]] = {
+        "ours": {n: bridge_algorithms(n) for n in args.counts},
+        "handlers": {n: bridge_handlers(n) for n in args.counts},
+        "ignite": {n: ignite_handlers(n) for n in args.counts},
+    }
+    samples: dict[str, dict[int, list[float]]] = {name: {n: [] for n in args.counts} for name in [*systems, "composer"]}
+    for by_count in systems.values():  # warm up: fill the order caches and handler lists
+        for dispatch, events in by_count.values():
+            one_run(dispatch, events, 10)
+    # Interleave the systems run by run, so that a busy moment of the machine hits all of them alike.
+    for _ in range(args.runs):
+        for n in args.counts:
+            for name, by_count in systems.items():
+                samples[name][n].append(one_run(*by_count[n], args.reps))
+            if composer is not None:
+                samples["composer"][n].append(composer.one_run(n, max(args.reps // 10, 20)))
+    if composer is not None:
+        composer.close()
+    median = {name: {n: statistics.median(v) for n, v in by_count.items() if v} for name, by_count in samples.items()}
 
     print(f"Python {platform.python_version()}, torch {torch.__version__}, pytorch-ignite {ignite.__version__}"
-          + (f", Composer {composer[0]}" if composer else ", Composer not measured"))
-    print(f"{len(STEP_EVENTS)} events per optimizer step; µs per event, median of {args.runs} runs "
-          f"of {args.reps} steps.\n")
+          + (f", Composer {composer.version}" if composer else ", Composer not measured"))
+    print(f"{len(STEP_EVENTS)} events per optimizer step; µs per event, median of {args.runs} interleaved runs "
+          f"of {args.reps} steps ({max(args.reps // 10, 20)} for Composer).\n")
     header = ["N", "composer_bridge `run_event`, N algorithms", "composer_bridge, N handlers",
               "Ignite `_fire_event`, N handlers", "Ignite ÷ ours"]
     if composer:
         header += ["Composer `run_event`, N algorithms", "Composer ÷ ours", "ms per step: ours / Composer"]
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
+    per_step = len(STEP_EVENTS) / 1000
     for n in args.counts:
-        row = [str(n), f"{ours[n]:.2f}", f"{handlers[n]:.2f}", f"{theirs[n]:.2f}", f"{theirs[n] / ours[n]:.2f}x"]
+        ours, ignite_us = median["ours"][n], median["ignite"][n]
+        row = [str(n), f"{ours:.2f}", f"{median['handlers'][n]:.2f}", f"{ignite_us:.2f}", f"{ignite_us / ours:.2f}x"]
         if composer:
-            c = composer[1][n]
-            per_step = len(STEP_EVENTS) / 1000
-            row += [f"{c:.1f}", f"{c / ours[n]:.0f}x", f"{ours[n] * per_step:.3f} / {c * per_step:.2f}"]
+            theirs = median["composer"][n]
+            row += [f"{theirs:.1f}", f"{theirs / ours:.0f}x", f"{ours * per_step:.3f} / {theirs * per_step:.2f}"]
         print("| " + " | ".join(row) + " |")
 
 
