@@ -4,15 +4,39 @@ Composer's names and argument order (``smooth_labels``, ``mixup_batch``, ``apply
 """
 
 # Each algorithm module adds one import line below and its name to __all__ (keep both sorted).
+from composer_bridge.algorithms.alibi import apply_alibi
+from composer_bridge.algorithms.blurpool import apply_blurpool
+from composer_bridge.algorithms.channels_last import apply_channels_last
 from composer_bridge.algorithms.colout import colout_batch
 from composer_bridge.algorithms.cutmix import cutmix_batch
 from composer_bridge.algorithms.cutout import cutout_batch
+from composer_bridge.algorithms.factorize import apply_factorization
+from composer_bridge.algorithms.gated_linear_units import apply_gated_linear_units
+from composer_bridge.algorithms.ghost_batchnorm import apply_ghost_batchnorm
+from composer_bridge.algorithms.gyro_dropout import apply_gyro_dropout
 from composer_bridge.algorithms.label_smoothing import smooth_labels
+from composer_bridge.algorithms.low_precision_groupnorm import apply_low_precision_groupnorm
+from composer_bridge.algorithms.low_precision_layernorm import apply_low_precision_layernorm
 from composer_bridge.algorithms.mixup import mixup_batch
 from composer_bridge.algorithms.progressive_resizing import resize_batch
 from composer_bridge.algorithms.selective_backprop import select_using_loss, should_selective_backprop
+from composer_bridge.algorithms.squeeze_excite import apply_squeeze_excite
+from composer_bridge.algorithms.stochastic_depth import apply_stochastic_depth
+from composer_bridge.algorithms.weight_standardization import apply_weight_standardization
 
 __all__: list[str] = [
+    "apply_alibi",
+    "apply_blurpool",
+    "apply_channels_last",
+    "apply_factorization",
+    "apply_gated_linear_units",
+    "apply_ghost_batchnorm",
+    "apply_gyro_dropout",
+    "apply_low_precision_groupnorm",
+    "apply_low_precision_layernorm",
+    "apply_squeeze_excite",
+    "apply_stochastic_depth",
+    "apply_weight_standardization",
     "colout_batch",
     "cutmix_batch",
     "cutout_batch",

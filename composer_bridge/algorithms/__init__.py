@@ -5,20 +5,44 @@ an :class:`~composer_bridge.Algorithm` class. None of them imports Lightning.
 """
 
 # Each algorithm module adds one import line below and its name to __all__ (keep both sorted).
+from composer_bridge.algorithms.alibi import Alibi
+from composer_bridge.algorithms.blurpool import BlurPool
+from composer_bridge.algorithms.channels_last import ChannelsLast
 from composer_bridge.algorithms.colout import ColOut
 from composer_bridge.algorithms.cutmix import CutMix
 from composer_bridge.algorithms.cutout import CutOut
+from composer_bridge.algorithms.factorize import Factorize
+from composer_bridge.algorithms.gated_linear_units import GatedLinearUnits
+from composer_bridge.algorithms.ghost_batchnorm import GhostBatchNorm
+from composer_bridge.algorithms.gyro_dropout import GyroDropout
 from composer_bridge.algorithms.label_smoothing import LabelSmoothing
+from composer_bridge.algorithms.low_precision_groupnorm import LowPrecisionGroupNorm
+from composer_bridge.algorithms.low_precision_layernorm import LowPrecisionLayerNorm
 from composer_bridge.algorithms.mixup import MixUp
 from composer_bridge.algorithms.progressive_resizing import ProgressiveResizing
 from composer_bridge.algorithms.selective_backprop import SelectiveBackprop
+from composer_bridge.algorithms.squeeze_excite import SqueezeExcite
+from composer_bridge.algorithms.stochastic_depth import StochasticDepth
+from composer_bridge.algorithms.weight_standardization import WeightStandardization
 
 __all__: list[str] = [
+    "Alibi",
+    "BlurPool",
+    "ChannelsLast",
     "ColOut",
     "CutMix",
     "CutOut",
+    "Factorize",
+    "GatedLinearUnits",
+    "GhostBatchNorm",
+    "GyroDropout",
     "LabelSmoothing",
+    "LowPrecisionGroupNorm",
+    "LowPrecisionLayerNorm",
     "MixUp",
     "ProgressiveResizing",
     "SelectiveBackprop",
+    "SqueezeExcite",
+    "StochasticDepth",
+    "WeightStandardization",
 ]

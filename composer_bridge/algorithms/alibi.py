@@ -1,0 +1,294 @@
+"""ALiBi (Press et al., 2021): attention biased by distance instead of position embeddings.
+
+Each attention head adds ``-slope_h * |i - j|`` to the score of query ``i`` for key ``j`` (slopes
+form a geometric sequence over heads), and the learned position embeddings are zeroed and
+frozen. Models trained this way extrapolate to longer sequences, so :class:`Alibi` also trains on
+shorter sequences (``train_sequence_length_scaling``), which is where the speed-up comes from.
+
+What the surgery knows (its default *policy*):
+
+- ``torch.nn.MultiheadAttention`` (also inside ``nn.TransformerEncoderLayer``) → :class:`AlibiMultiheadAttention`;
+- :class:`composer_bridge.models.gpt.CausalSelfAttention` → :class:`AlibiCausalSelfAttention`;
+- :class:`composer_bridge.models.gpt.GPT` → position embedding zeroed, frozen and resized to
+  ``max_sequence_length`` (in place).
+
+Your own classes: pass ``policy={MyAttention: fn}`` where ``fn(module, max_sequence_length)``
+returns the replacement (or the module changed in place, or ``None`` to skip it).
+:func:`alibi_slopes` and :func:`alibi_bias` give the bias; entries you pass override the
+defaults for the same class.
+
+Example:
+    >>> import torch
+    >>> from composer_bridge.models import GPT
+    >>> gpt = GPT(vocab_size=16, block_size=8, d_model=16, n_heads=2)
+    >>> apply_alibi(gpt, max_sequence_length=32)  # 2 attention layers + the GPT's position embedding
+    3
+    >>> gpt(torch.randint(0, 16, (1, 20))).shape  # longer than the original block_size
+    torch.Size([1, 20, 16])
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from composer_bridge.algorithms.surgery import (
+    Optimizers,
+    SurgeryAlgorithm,
+    disable_fused_transformer_paths,
+    replace_modules,
+    warn_no_effect,
+)
+from composer_bridge.core.event import Event
+from composer_bridge.models.gpt import GPT, CausalSelfAttention
+
+if TYPE_CHECKING:
+    from composer_bridge.core.logger import Logger
+    from composer_bridge.core.state import State
+
+__all__ = [
+    "Alibi",
+    "AlibiCausalSelfAttention",
+    "AlibiMultiheadAttention",
+    "AlibiPolicy",
+    "alibi_bias",
+    "alibi_slopes",
+    "apply_alibi",
+    "default_alibi_policy",
+]
+
+#: ``fn(module, max_sequence_length) -> replacement | module changed in place | None``.
+AlibiPolicy = Mapping[type, Callable[[nn.Module, int], "nn.Module | None"]]
+
+
+def alibi_slopes(n_heads: int) -> list[float]:
+    """The per-head slopes of Press et al.: ``2**(-8 i / n)`` for ``n`` a power of two, interleaved otherwise."""
+    def power_of_two(n: int) -> list[float]:
+        start = 2.0 ** (-8.0 / n)
+        return [start ** (i + 1) for i in range(n)]
+
+    if n_heads < 1:
+        raise ValueError(f"alibi_slopes(n_heads={n_heads}): needs at least one head.")
+    if math.log2(n_heads).is_integer():
+        return power_of_two(n_heads)
+    closest = 2 ** math.floor(math.log2(n_heads))
+    return power_of_two(closest) + alibi_slopes(2 * closest)[0::2][: n_heads - closest]
+
+
+def alibi_bias(slopes: torch.Tensor, query_length: int, key_length: int) -> torch.Tensor:
+    """The ``(heads, query_length, key_length)`` bias ``-slope * |i - j|``; queries are the last positions."""
+    offset = key_length - query_length
+    queries = torch.arange(query_length, device=slopes.device) + offset
+    keys = torch.arange(key_length, device=slopes.device)
+    distance = (queries[:, None] - keys[None, :]).abs().to(slopes.dtype)
+    return -slopes[:, None, None] * distance
+
+
+class AlibiCausalSelfAttention(CausalSelfAttention):
+    """The GPT's attention with ALiBi biases (shares the original's projections)."""
+
+    @classmethod
+    def from_attention(cls, attention: CausalSelfAttention) -> AlibiCausalSelfAttention:
+        new = cls(attention.d_model, attention.n_heads, attention.dropout, bias=attention.qkv.bias is not None)
+        new.qkv, new.proj, new.resid_dropout = attention.qkv, attention.proj, attention.resid_dropout
+        new.register_buffer("slopes", torch.tensor(alibi_slopes(attention.n_heads)), persistent=False)
+        return new
+
+    def attention_bias(self, length: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+        return alibi_bias(self.slopes.to(device=device, dtype=torch.float32), length, length).to(dtype)
+
+
+class AlibiMultiheadAttention(nn.MultiheadAttention):
+    """``nn.MultiheadAttention`` that adds ALiBi biases to ``attn_mask`` (shares the original's parameters)."""
+
+    @classmethod
+    def from_multihead_attention(cls, mha: nn.MultiheadAttention) -> AlibiMultiheadAttention:
+        new = cls(
+            mha.embed_dim, mha.num_heads, dropout=mha.dropout, bias=mha.in_proj_bias is not None,
+            add_bias_kv=mha.bias_k is not None, add_zero_attn=mha.add_zero_attn, kdim=mha.kdim, vdim=mha.vdim,
+            batch_first=mha.batch_first, device="meta",
+        )
+        for name, param in mha.named_parameters(recurse=False):
+            setattr(new, name, param)
+        new.out_proj = mha.out_proj
+        new.register_buffer("slopes", torch.tensor(alibi_slopes(mha.num_heads)), persistent=False)
+        return new
+
+    def forward(  # type: ignore[override]
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        key_padding_mask: torch.Tensor | None = None,
+        need_weights: bool = True,
+        attn_mask: torch.Tensor | None = None,
+        average_attn_weights: bool = True,
+        is_causal: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        batched = query.dim() == 3
+        time_dim = 1 if (batched and self.batch_first) else 0
+        length, keys = query.shape[time_dim], key.shape[time_dim]
+        dtype = query.dtype if query.is_floating_point() else torch.float32
+        bias = alibi_bias(self.slopes.to(device=query.device, dtype=torch.float32), length, keys)
+        if is_causal and attn_mask is None:
+            attn_mask = torch.ones(length, keys, dtype=torch.bool, device=query.device).triu(1)
+        if attn_mask is not None:
+            if attn_mask.dtype == torch.bool:
+                attn_mask = torch.zeros(attn_mask.shape, device=query.device).masked_fill(attn_mask, float("-inf"))
+            if attn_mask.dim() == 3:
+                bias = bias.repeat(attn_mask.shape[0] // self.num_heads, 1, 1)
+            bias = bias + attn_mask.float()
+        if batched and bias.shape[0] == self.num_heads:
+            batch = query.shape[0 if self.batch_first else 1]
+            bias = bias.repeat(batch, 1, 1)
+        if key_padding_mask is not None and key_padding_mask.dtype == torch.bool:
+            key_padding_mask = torch.zeros(key_padding_mask.shape, device=query.device, dtype=dtype).masked_fill(
+                key_padding_mask, float("-inf")
+            )
+        return super().forward(
+            query, key, value, key_padding_mask=key_padding_mask, need_weights=need_weights,
+            attn_mask=bias.to(dtype), average_attn_weights=average_attn_weights, is_causal=False,
+        )
+
+
+def _convert_gpt(gpt: nn.Module, max_sequence_length: int) -> nn.Module | None:
+    assert isinstance(gpt, GPT)
+    old = gpt.pos_emb
+    if (old.num_embeddings == max_sequence_length and not old.weight.requires_grad
+            and not bool(old.weight.detach().any())):
+        return None  # already done
+    new = nn.Embedding(max_sequence_length, old.embedding_dim, device=old.weight.device, dtype=old.weight.dtype)
+    nn.init.zeros_(new.weight)
+    new.weight.requires_grad_(False)
+    gpt.pos_emb = new
+    gpt.block_size = max_sequence_length
+    return gpt
+
+
+def default_alibi_policy() -> dict[type, Callable[[nn.Module, int], nn.Module | None]]:
+    """A fresh copy of the classes ALiBi knows and how it converts them."""
+    return {
+        GPT: _convert_gpt,
+        CausalSelfAttention: lambda m, n: AlibiCausalSelfAttention.from_attention(m),  # type: ignore[arg-type]
+        nn.MultiheadAttention: lambda m, n: AlibiMultiheadAttention.from_multihead_attention(m),  # type: ignore[arg-type]
+    }
+
+
+def _merge_policy(policy: AlibiPolicy | None) -> dict[type, Callable[[nn.Module, int], nn.Module | None]]:
+    merged = default_alibi_policy()
+    if policy is None:
+        return merged
+    if not isinstance(policy, Mapping):
+        raise TypeError(f"Alibi(policy={policy!r}): must be a mapping {{module class: fn(module, max_sequence_length)}}.")
+    for cls, fn in policy.items():
+        if not (isinstance(cls, type) and issubclass(cls, nn.Module)) or not callable(fn):
+            raise TypeError(
+                f"Alibi policy entry {cls!r}: {fn!r} must map an nn.Module subclass to a function "
+                "fn(module, max_sequence_length) -> module or None."
+            )
+    # user entries first: they win over the defaults for their classes and subclasses
+    return {**dict(policy), **{k: v for k, v in merged.items() if k not in policy}}
+
+
+def _check(max_sequence_length: int, train_sequence_length_scaling: float = 1.0) -> None:
+    if isinstance(max_sequence_length, bool) or not isinstance(max_sequence_length, int) or max_sequence_length < 1:
+        raise ValueError(
+            f"Alibi(max_sequence_length={max_sequence_length!r}): must be an int >= 1, at least the longest sequence "
+            "the model will see in training or evaluation."
+        )
+    scaling = train_sequence_length_scaling
+    if isinstance(scaling, bool) or not isinstance(scaling, (int, float)) or not 0 < scaling <= 1:
+        raise ValueError(
+            f"Alibi(train_sequence_length_scaling={scaling!r}): must be in (0, 1] (1 keeps the sequences as they "
+            "are; Composer's default 0.25 trains on quarter-length sequences, four times as many)."
+        )
+
+
+def apply_alibi(
+    model: nn.Module, max_sequence_length: int, optimizers: Optimizers = None, policy: AlibiPolicy | None = None
+) -> int:
+    """Switch ``model``'s attention to ALiBi and remove its position embeddings, in place.
+
+    Args:
+        model: the model to change.
+        max_sequence_length: the longest sequence the model must accept afterwards.
+        optimizers: optimizers already built over ``model``: the removed position embedding
+            leaves them (the zeroed one is frozen and not added).
+        policy: extra ``{class: fn(module, max_sequence_length)}`` entries (see the module docs).
+
+    Returns:
+        The number of modules replaced or changed (a warning is raised when it is zero).
+    """
+    _check(max_sequence_length)
+
+    def bound(fn: Callable[[nn.Module, int], nn.Module | None]) -> Callable[[nn.Module, int], nn.Module | None]:
+        return lambda module, index: fn(module, max_sequence_length)
+
+    policies = {cls: bound(fn) for cls, fn in _merge_policy(policy).items()}
+    done = replace_modules(
+        model, policies, optimizers=optimizers, skip=(AlibiCausalSelfAttention, AlibiMultiheadAttention)
+    )
+    if done:
+        disable_fused_transformer_paths(model)
+    else:
+        warn_no_effect("Alibi", "attention module it knows (pass policy={YourAttention: fn} for your own)")
+    return len(done)
+
+
+def _shorten(value: Any, scaling: float) -> Any:
+    if isinstance(value, torch.Tensor) and value.dim() == 2:
+        rows, length = value.shape
+        new_length = length * scaling
+        if new_length != int(new_length) or (rows * length) % int(new_length):
+            raise ValueError(
+                f"Alibi(train_sequence_length_scaling={scaling}) cannot reshape a batch of shape {tuple(value.shape)}: "
+                f"the sequence length {length} times {scaling} must be a whole number. Pick a scaling that divides it."
+            )
+        return value.reshape(-1, int(new_length))
+    if isinstance(value, dict):
+        return {k: _shorten(v, scaling) for k, v in value.items()}
+    if isinstance(value, (tuple, list)):
+        return type(value)(_shorten(v, scaling) for v in value)
+    return value
+
+
+class Alibi(SurgeryAlgorithm):
+    """ALiBi attention at ``Event.INIT``; shorter training sequences at every ``AFTER_DATALOADER``.
+
+    Args:
+        max_sequence_length: the longest sequence the model must accept (required, as in Composer).
+        train_sequence_length_scaling: training batches of shape ``(B, S)`` become
+            ``(B / scaling, S * scaling)`` (every 2-d tensor of the batch: token ids, targets,
+            masks), so the model trains on shorter sequences at the same token count. ``1`` keeps
+            them. Evaluation batches are left alone.
+        policy: your own ``{class: fn(module, max_sequence_length)}`` surgery entries.
+
+    Example:
+        >>> Alibi(max_sequence_length=128)
+        Alibi(max_sequence_length=128, train_sequence_length_scaling=0.25, policy=None)
+    """
+
+    def __init__(
+        self, max_sequence_length: int, train_sequence_length_scaling: float = 0.25, policy: AlibiPolicy | None = None
+    ) -> None:
+        _check(max_sequence_length, train_sequence_length_scaling)
+        _merge_policy(policy)
+        self.max_sequence_length = max_sequence_length
+        self.train_sequence_length_scaling = train_sequence_length_scaling
+        self.policy = policy
+
+    def match(self, event: Event, state: State) -> bool:
+        return event == Event.INIT or (event == Event.AFTER_DATALOADER and self.train_sequence_length_scaling != 1)
+
+    def surgery(self, state: State) -> int:
+        return apply_alibi(state.model, self.max_sequence_length, optimizers=state.optimizers, policy=self.policy)
+
+    def apply(self, event: Event, state: State, logger: Logger) -> None:
+        if event == Event.INIT:
+            super().apply(event, state, logger)
+        else:
+            state.batch = _shorten(state.batch, self.train_sequence_length_scaling)

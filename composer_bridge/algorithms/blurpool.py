@@ -1,0 +1,202 @@
+"""BlurPool (Zhang, 2019): low-pass filter before every downsampling, for shift invariance.
+
+Strided convolutions become :class:`BlurConv2d` (a 3x3 binomial blur, then the original
+convolution, whose weights are kept) and max-pools become :class:`BlurMaxPool2d` (max with
+stride 1, then a strided blur).
+
+Example:
+    >>> import torch
+    >>> from torch import nn
+    >>> net = nn.Sequential(nn.Conv2d(16, 16, 3, stride=2, padding=1), nn.MaxPool2d(2))
+    >>> apply_blurpool(net)
+    2
+    >>> [type(m).__name__ for m in net]
+    ['BlurConv2d', 'BlurMaxPool2d']
+    >>> net(torch.randn(1, 16, 8, 8)).shape
+    torch.Size([1, 16, 2, 2])
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.modules.utils import _pair
+
+from composer_bridge.algorithms.surgery import Optimizers, SurgeryAlgorithm, replace_modules, warn_no_effect
+
+if TYPE_CHECKING:
+    from composer_bridge.core.state import State
+
+__all__ = ["BlurConv2d", "BlurMaxPool2d", "BlurPool", "apply_blurpool", "blur_2d", "blurmax_pool2d"]
+
+
+def _binomial_filter(channels: int) -> torch.Tensor:
+    """The 3x3 filter [1 2 1]^T [1 2 1] / 16, one copy per channel: shape (channels, 1, 3, 3)."""
+    row = torch.tensor([1.0, 2.0, 1.0])
+    return (torch.outer(row, row) / 16.0).expand(channels, 1, 3, 3).contiguous()
+
+
+def blur_2d(input: torch.Tensor, stride: int | tuple[int, int] = 1, filter: torch.Tensor | None = None) -> torch.Tensor:
+    """Blur every channel of an NCHW tensor with a 3x3 binomial filter ("same" padding), then subsample.
+
+    Args:
+        input: NCHW tensor.
+        stride: subsampling after the blur.
+        filter: a ``(C, 1, kH, kW)`` depthwise filter with odd sides (default: the binomial filter).
+    """
+    channels = input.shape[1]
+    if filter is None:
+        filter = _binomial_filter(channels)
+    filter = filter.to(device=input.device, dtype=input.dtype)
+    kh, kw = filter.shape[-2:]
+    if kh % 2 == 0 or kw % 2 == 0:
+        raise ValueError(f"blur_2d needs a filter with odd height and width, got {kh}x{kw}.")
+    return F.conv2d(input, filter, stride=_pair(stride), padding=(kh // 2, kw // 2), groups=channels)
+
+
+def blurmax_pool2d(
+    input: torch.Tensor,
+    kernel_size: int | tuple[int, int] = 2,
+    stride: int | tuple[int, int] | None = None,
+    padding: int | tuple[int, int] = 0,
+    dilation: int | tuple[int, int] = 1,
+    ceil_mode: bool = False,
+    filter: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Max-pool with anti-aliasing: max over ``kernel_size`` windows at stride 1, then a strided blur."""
+    maxes = F.max_pool2d(input, kernel_size, stride=1, padding=padding, dilation=dilation, ceil_mode=ceil_mode)
+    return blur_2d(maxes, stride=kernel_size if stride is None else stride, filter=filter)
+
+
+class BlurConv2d(nn.Module):
+    """A blur followed by ``conv`` (``blur_first=True``), or ``conv`` at stride 1 followed by a strided blur.
+
+    ``conv`` is the original module (its parameters are kept, so optimizers stay valid).
+    """
+
+    def __init__(self, conv: nn.Conv2d, blur_first: bool = True) -> None:
+        super().__init__()
+        self.blur_first = blur_first
+        self.stride = _pair(conv.stride)
+        if not blur_first:
+            conv.stride = (1, 1)
+        self.conv = conv
+        channels = conv.in_channels if blur_first else conv.out_channels
+        self.register_buffer("blur_filter", _binomial_filter(channels), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.blur_first:
+            return self.conv(blur_2d(x, filter=self.blur_filter))
+        return blur_2d(self.conv(x), stride=self.stride, filter=self.blur_filter)
+
+
+class BlurMaxPool2d(nn.Module):
+    """Drop-in anti-aliased :class:`torch.nn.MaxPool2d` (no ``return_indices``)."""
+
+    def __init__(
+        self,
+        kernel_size: int | tuple[int, int],
+        stride: int | tuple[int, int] | None = None,
+        padding: int | tuple[int, int] = 0,
+        dilation: int | tuple[int, int] = 1,
+        ceil_mode: bool = False,
+    ) -> None:
+        super().__init__()
+        self.kernel_size = kernel_size
+        self.stride = kernel_size if stride is None else stride
+        self.padding = padding
+        self.dilation = dilation
+        self.ceil_mode = ceil_mode
+
+    @classmethod
+    def from_maxpool2d(cls, pool: nn.MaxPool2d) -> BlurMaxPool2d:
+        return cls(pool.kernel_size, pool.stride, pool.padding, pool.dilation, pool.ceil_mode)
+
+    def extra_repr(self) -> str:
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return blurmax_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode)
+
+
+def _check(replace_convs: bool, replace_maxpools: bool, blur_first: bool, min_channels: int) -> None:
+    for name, value in (("replace_convs", replace_convs), ("replace_maxpools", replace_maxpools),
+                        ("blur_first", blur_first)):
+        if not isinstance(value, bool):
+            raise TypeError(f"BlurPool({name}={value!r}): must be True or False.")
+    if not replace_convs and not replace_maxpools:
+        raise ValueError(
+            "BlurPool(replace_convs=False, replace_maxpools=False) would change nothing; set at least one to True."
+        )
+    if isinstance(min_channels, bool) or not isinstance(min_channels, int) or min_channels < 0:
+        raise ValueError(f"BlurPool(min_channels={min_channels!r}): must be an int >= 0 (default 16).")
+
+
+def apply_blurpool(
+    model: nn.Module,
+    replace_convs: bool = True,
+    replace_maxpools: bool = True,
+    blur_first: bool = True,
+    min_channels: int = 16,
+    optimizers: Optimizers = None,
+) -> int:
+    """Add anti-aliasing to strided convolutions and max-pools of ``model`` in place.
+
+    Args:
+        model: the model to change.
+        replace_convs: wrap ``nn.Conv2d`` with stride > 1 in :class:`BlurConv2d`.
+        replace_maxpools: replace ``nn.MaxPool2d`` with :class:`BlurMaxPool2d`.
+        blur_first: blur before the convolution (cheap); ``False`` runs the convolution at stride 1
+            and blurs after (closer to the paper, up to ``stride**2`` times the convolution's cost).
+        min_channels: leave convolutions with fewer input channels alone (typically the stem).
+        optimizers: optimizers already built over ``model`` (the kept weights need no change;
+            accepted for symmetry with the other surgeries).
+
+    Returns:
+        The number of modules replaced (a warning is raised when it is zero).
+    """
+    _check(replace_convs, replace_maxpools, blur_first, min_channels)
+    policies = {}
+    if replace_maxpools:
+        policies[nn.MaxPool2d] = lambda pool, index: BlurMaxPool2d.from_maxpool2d(pool)
+    if replace_convs:
+        def maybe_blur(conv: nn.Module, index: int) -> nn.Module | None:
+            assert isinstance(conv, nn.Conv2d)
+            if max(_pair(conv.stride)) > 1 and conv.in_channels >= min_channels:
+                return BlurConv2d(conv, blur_first=blur_first)
+            return None
+
+        policies[nn.Conv2d] = maybe_blur
+    replaced = len(replace_modules(model, policies, optimizers=optimizers, skip=(BlurConv2d, BlurMaxPool2d)))
+    if replaced == 0:
+        warn_no_effect("BlurPool", f"strided Conv2d with >= {min_channels} input channels nor MaxPool2d")
+    return replaced
+
+
+class BlurPool(SurgeryAlgorithm):
+    """Anti-aliased downsampling (`Zhang, 2019 <https://arxiv.org/abs/1904.11486>`_), applied at ``Event.INIT``.
+
+    Args: as :func:`apply_blurpool` (Composer's defaults).
+
+    Example:
+        >>> BlurPool(min_channels=8)
+        BlurPool(replace_convs=True, replace_maxpools=True, blur_first=True, min_channels=8)
+    """
+
+    def __init__(
+        self, replace_convs: bool = True, replace_maxpools: bool = True, blur_first: bool = True, min_channels: int = 16
+    ) -> None:
+        _check(replace_convs, replace_maxpools, blur_first, min_channels)
+        self.replace_convs = replace_convs
+        self.replace_maxpools = replace_maxpools
+        self.blur_first = blur_first
+        self.min_channels = min_channels
+
+    def surgery(self, state: State) -> int:
+        return apply_blurpool(
+            state.model, self.replace_convs, self.replace_maxpools, self.blur_first, self.min_channels,
+            optimizers=state.optimizers,
+        )

@@ -1,0 +1,102 @@
+"""LowPrecisionGroupNorm: run GroupNorm in the autocast dtype (bf16/fp16) instead of fp32.
+
+The GroupNorm counterpart of :mod:`~composer_bridge.algorithms.low_precision_layernorm`: under
+``torch.autocast``, :class:`LPGroupNorm` normalises in the autocast dtype; outside autocast it is
+an ordinary ``nn.GroupNorm``. Applies only with ``"bf16-mixed"`` or ``"16-mixed"`` precision.
+
+Example:
+    >>> import torch
+    >>> net = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3), torch.nn.GroupNorm(2, 4))
+    >>> apply_low_precision_groupnorm(net, precision="bf16-mixed")
+    1
+    >>> with torch.autocast("cpu", dtype=torch.bfloat16):
+    ...     net(torch.randn(2, 1, 5, 5)).dtype
+    torch.bfloat16
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from composer_bridge.algorithms.low_precision_layernorm import (
+    _cast,
+    autocast_dtype,
+    check_apply_at,
+    check_mixed,
+)
+from composer_bridge.algorithms.surgery import Optimizers, SurgeryAlgorithm, replace_modules, warn_no_effect
+from composer_bridge.core.event import Event
+
+if TYPE_CHECKING:
+    from composer_bridge.core.state import State
+
+__all__ = ["LPGroupNorm", "LowPrecisionGroupNorm", "apply_low_precision_groupnorm"]
+
+
+class LPGroupNorm(nn.GroupNorm):
+    """``nn.GroupNorm`` that, under autocast, normalises in the autocast dtype rather than fp32."""
+
+    @classmethod
+    def from_groupnorm(cls, layer: nn.GroupNorm) -> LPGroupNorm:
+        """A low-precision twin of ``layer`` that shares its parameters (optimizers stay valid)."""
+        new = cls(layer.num_groups, layer.num_channels, eps=layer.eps, affine=False, device="meta")
+        new.affine = layer.affine
+        new.weight = layer.weight
+        new.bias = layer.bias
+        return new
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = autocast_dtype(x)
+        if dtype is None:
+            return super().forward(x)
+        with torch.autocast(x.device.type, enabled=False):
+            return F.group_norm(x.to(dtype), self.num_groups, _cast(self.weight, dtype), _cast(self.bias, dtype), self.eps)
+
+
+def apply_low_precision_groupnorm(
+    model: nn.Module, precision: str | None = None, optimizers: Optimizers = None
+) -> int:
+    """Replace every ``nn.GroupNorm`` of ``model`` with :class:`LPGroupNorm` (in place).
+
+    Args:
+        model: the model to change.
+        precision: the run's precision (Lightning's strings). Nothing is replaced unless it is
+            ``"bf16-mixed"`` or ``"16-mixed"`` (a :class:`NoEffectWarning` says so).
+        optimizers: accepted for symmetry; the parameters are shared, so optimizers stay valid.
+
+    Returns:
+        The number of layers replaced.
+    """
+    if not check_mixed(precision, "LowPrecisionGroupNorm"):
+        return 0
+    done = replace_modules(
+        model, {nn.GroupNorm: lambda layer, index: LPGroupNorm.from_groupnorm(layer)},
+        optimizers=optimizers, skip=(LPGroupNorm,),
+    )
+    if not done:
+        warn_no_effect("LowPrecisionGroupNorm", "nn.GroupNorm")
+    return len(done)
+
+
+class LowPrecisionGroupNorm(SurgeryAlgorithm):
+    """Run GroupNorms in the autocast dtype; applied at ``apply_at`` (``Event.INIT`` by default).
+
+    Example:
+        >>> LowPrecisionGroupNorm(apply_at="after_load")
+        LowPrecisionGroupNorm(apply_at='after_load')
+    """
+
+    runs_last = True
+
+    def __init__(self, apply_at: Event | str = Event.INIT) -> None:
+        self.apply_at = check_apply_at(apply_at, "LowPrecisionGroupNorm")
+
+    def match(self, event: Event, state: State) -> bool:
+        return event == self.apply_at
+
+    def surgery(self, state: State) -> int:
+        return apply_low_precision_groupnorm(state.model, state.precision, optimizers=state.optimizers)
