@@ -98,6 +98,15 @@ def elapsed_fraction(state: State, where: str) -> float:
 
 # --- the functional form -----------------------------------------------------------------------
 
+def _nearest(tensor: torch.Tensor, scale_factor: float) -> torch.Tensor:
+    """Nearest-neighbour resize to ``int(scale_factor * side)``; output pixel ``i`` reads ``floor(i / scale_factor)``."""
+    height, width = tensor.shape[-2], tensor.shape[-1]
+    if int(scale_factor * height) >= 1 and int(scale_factor * width) >= 1:
+        return F.interpolate(tensor, scale_factor=scale_factor, mode="nearest", recompute_scale_factor=False)
+    size = (max(1, int(scale_factor * height)), max(1, int(scale_factor * width)))
+    return F.interpolate(tensor, size=size, mode="nearest")
+
+
 def _crop(tensor: torch.Tensor, top: int, left: int, height: int, width: int) -> torch.Tensor:
     return tensor[..., top:top + height, left:left + width]
 
@@ -113,7 +122,7 @@ def resize_batch(
     """Shrink images (and optionally per-pixel targets) by ``scale_factor``, by resizing or cropping.
 
     The new size is ``int(scale_factor * H) x int(scale_factor * W)`` (at least 1x1). ``'resize'``
-    uses nearest-neighbour interpolation; ``'crop'`` takes a random crop, the same for the whole
+    uses nearest-neighbour interpolation (output pixel ``i`` reads input pixel ``floor(i / scale_factor)``); ``'crop'`` takes a random crop, the same for the whole
     batch (and the matching region of the targets). A factor ``>= 1`` returns the inputs unchanged.
 
     Args:
@@ -163,16 +172,14 @@ def resize_batch(
             target, int(top * t_height / height), int(left * t_width / width),
             max(1, int(scale_factor * t_height)), max(1, int(scale_factor * t_width)),
         )
-    resized = F.interpolate(input, size=(new_height, new_width), mode="nearest")
+    resized = _nearest(input, scale_factor)
     if not resize_targets:
         return resized, target
-    t_height, t_width = target.shape[-2], target.shape[-1]
-    size = (max(1, int(scale_factor * t_height)), max(1, int(scale_factor * t_width)))
     if index_targets:
         # interpolate works on floating channels: add a channel, resize, and go back to indices.
         as_float = target.unsqueeze(1).to(torch.float32)
-        return resized, F.interpolate(as_float, size=size, mode="nearest").squeeze(1).to(target.dtype)
-    return resized, F.interpolate(target, size=size, mode="nearest")
+        return resized, _nearest(as_float, scale_factor).squeeze(1).to(target.dtype)
+    return resized, _nearest(target, scale_factor)
 
 
 class ProgressiveResizing(Algorithm):
