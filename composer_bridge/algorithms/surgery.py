@@ -188,6 +188,7 @@ def replace_modules(
                     new.to(device=device)
                 if dtype is not None:
                     new.to(dtype=dtype)
+                new.train(module.training)
             done.append(Replacement(name, module, new, before))
             return new
         return None
