@@ -180,6 +180,8 @@ def render_timeline(store: Any, title: str = "Which algorithm ran at which step"
         matrix, aspect="auto", interpolation="nearest", cmap="Blues", vmin=0, vmax=1,
         extent=(-0.5, span - 0.5, len(matrix) - 0.5, -0.5),
     )
+    for row in range(1, len(matrix)):
+        axes.axhline(row - 0.5, color="white", linewidth=1)
     axes.set_yticks(range(len(keys)))
     axes.set_yticklabels(keys, fontsize=8)
     unit = "step" if timeline.bin_size == 1 else f"step (columns of {timeline.bin_size} steps)"
