@@ -34,7 +34,7 @@ import io
 import logging
 import os
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -140,17 +140,24 @@ class Timeline:
 
     def add(self, key: str, step: int) -> None:
         """Count one run of ``key`` at ``step``."""
-        step = max(0, int(step))
+        self.add_all((key,), step)
+
+    def add_all(self, keys: Iterable[str], step: int) -> None:
+        """Count one run of each of ``keys`` at ``step`` (the traces of one event)."""
+        step = int(step) if step > 0 else 0
         while step >= self.max_columns * self.bin_size:
             self._halve()
         column = step // self.bin_size
-        row = self.rows.get(key)
-        if row is None:
-            row = self.rows[key] = []
-        if len(row) <= column:
-            row.extend([0] * (column + 1 - len(row)))
-        row[column] += 1
-        self.last_step = max(self.last_step, step)
+        rows = self.rows
+        for key in keys:
+            row = rows.get(key)
+            if row is None:
+                row = rows[key] = []
+            if len(row) <= column:
+                row.extend([0] * (column + 1 - len(row)))
+            row[column] += 1
+        if step > self.last_step:
+            self.last_step = step
 
     def _halve(self) -> None:
         for key, row in self.rows.items():
@@ -201,23 +208,26 @@ class TraceStore(Mapping[int, list[Trace]]):
             return
         step = int(step or 0)
         kept = self._step_list(step)
-        limit = self.max_traces_per_step
+        all_stats = self.stats
         for key, trace in traces.items():
-            stats = self.stats.get(key)
+            stats = all_stats.get(key)
             if stats is None:
-                stats = self.stats[key] = TraceStats(first_step=step)
+                stats = all_stats[key] = TraceStats(first_step=step)
             stats.count += 1
             stats.last_step = step
             if trace.order is not None:
                 stats.orders.add(trace.order)
             stats.last_exit_code = trace.exit_code
-            self.timeline.add(key, step)
-            if kept is None or (limit is not None and len(kept) >= limit):
-                self.dropped += 1
-            else:
-                kept.append(trace)
+        self.timeline.add_all(traces, step)
+        limit = self.max_traces_per_step
+        if limit is None or len(kept) + len(traces) <= limit:
+            kept.extend(traces.values())
+        else:
+            room = max(0, limit - len(kept))
+            kept.extend(list(traces.values())[:room])
+            self.dropped += len(traces) - room
 
-    def _step_list(self, step: int) -> list[Trace] | None:
+    def _step_list(self, step: int) -> list[Trace]:
         if step in self._head:
             return self._head[step]
         if step in self._tail:
