@@ -1,0 +1,287 @@
+"""Named algorithm lists ("recipes"), with the hyper-parameters MosaicML published for them.
+
+Vision recipes (:func:`vision`) are the three "Mosaic ResNet" recipes for ResNet-50 on ImageNet;
+language recipes (:func:`language`) are Composer's and LLM Foundry's choices for GPT-style models.
+Each call returns a fresh list of algorithm instances for
+:class:`~composer_bridge.AlgorithmEngineCallback`; keyword overrides change, add or drop
+algorithms by their snake_case name.
+
+Example:
+    >>> from composer_bridge import recipes
+    >>> [type(a).__name__ for a in recipes.vision("mild")]
+    ['BlurPool', 'ChannelsLast', 'EMA', 'ProgressiveResizing', 'LabelSmoothing']
+    >>> recipes.vision("mild", label_smoothing=0.1)[-1]
+    LabelSmoothing(smoothing=0.1, target_key=1)
+    >>> [type(a).__name__ for a in recipes.vision("mild", ema=None, mixup=0.2)]
+    ['BlurPool', 'ChannelsLast', 'ProgressiveResizing', 'LabelSmoothing', 'MixUp']
+
+Where the numbers come from
+---------------------------
+*Vision* — ``examples/benchmarks/resnet_imagenet/main.py`` in the ``mosaicml/examples``
+repository (the code behind MosaicML's "Mosaic ResNet" blog posts, 2022), which builds:
+
+- **mild** (short runs, ≈36 epochs of ResNet-50): BlurPool, ChannelsLast,
+  EMA(half_life="100ba", update_interval="20ba"), ProgressiveResizing(initial_scale=0.5,
+  delay_fraction=0.4, finetune_fraction=0.2), LabelSmoothing(smoothing=0.08);
+- **medium** (longer runs): mild with LabelSmoothing(0.1), plus MixUp(alpha=0.2) and
+  SAM(rho=0.5, interval=10);
+- **hot** (the longest runs, maximum accuracy): ProgressiveResizing(initial_scale=0.6,
+  delay_fraction=0.2, finetune_fraction=0.2), LabelSmoothing(0.13), MixUp(alpha=0.25),
+  SAM(rho=0.5, interval=5), ColOut(p_row=0.05, p_col=0.05), StochasticDepth(drop_rate=0.1,
+  stochastic_method="sample", drop_distribution="linear") and RandAugment(depth=1, severity=9).
+
+The published recipes also change things that are not algorithms (binary cross-entropy loss,
+a 176-pixel training crop, FFCV data loading, the number of epochs); set those in your own
+module and data. Two differences here: **RandAugment is left out of "hot"** (this library has no
+RandAugment: it needs PIL image transforms in the data loader, not a batch-level algorithm), and
+StochasticDepth targets :class:`~composer_bridge.models.BasicBlock` (the residual block of this
+package's ResNets) instead of torchvision's ``Bottleneck``: pass
+``stochastic_depth={"target_layer_name": ...}`` for your own block.
+
+*Language* — ``"gpt"`` is the set of methods LLM Foundry's MPT models train with:
+GradientClipping(clipping_type="norm", clipping_threshold=1.0) from its pre-training YAMLs
+(``scripts/train/yamls/pretrain/mpt-*.yaml``), LowPrecisionLayerNorm (MPT's default
+``norm_type``) and ALiBi position biases (``attn_config.alibi: true`` in MPT-7B), here at the full
+training length. ``"gpt-fast"`` adds the settings Composer's method cards suggest for speed:
+SeqLengthWarmup(duration=0.3, min_seq_length=8, step_size=8) and GatedLinearUnits.
+
+These numbers were tuned for ImageNet-scale and billion-token runs. On a small data set, scale
+the step-counted ones (EMA's half-life, SAM's interval) to your run, e.g.
+``recipes.vision("mild", ema={"half_life": "0.05dur"})``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from composer_bridge.core.algorithm import Algorithm
+
+__all__ = ["LANGUAGE_RECIPES", "VISION_RECIPES", "language", "vision"]
+
+# A recipe is a list of (algorithm class name, keyword arguments). Classes are looked up in
+# composer_bridge.algorithms when a recipe is built, so this module imports no algorithm.
+_Spec = list[tuple[str, dict[str, Any]]]
+
+_MILD: _Spec = [
+    ("BlurPool", {}),
+    ("ChannelsLast", {}),
+    ("EMA", {"half_life": "100ba", "update_interval": "20ba"}),
+    ("ProgressiveResizing", {"initial_scale": 0.5, "delay_fraction": 0.4, "finetune_fraction": 0.2}),
+    ("LabelSmoothing", {"smoothing": 0.08}),
+]
+
+#: Vision recipe name → ``[(algorithm class name, init arguments), ...]`` (see the module docstring).
+VISION_RECIPES: dict[str, _Spec] = {
+    "mild": _MILD,
+    "medium": [
+        *_MILD[:4],
+        ("LabelSmoothing", {"smoothing": 0.1}),
+        ("MixUp", {"alpha": 0.2}),
+        ("SAM", {"rho": 0.5, "interval": 10}),
+    ],
+    "hot": [
+        *_MILD[:3],
+        ("ProgressiveResizing", {"initial_scale": 0.6, "delay_fraction": 0.2, "finetune_fraction": 0.2}),
+        ("LabelSmoothing", {"smoothing": 0.13}),
+        ("MixUp", {"alpha": 0.25}),
+        ("SAM", {"rho": 0.5, "interval": 5}),
+        ("ColOut", {"p_row": 0.05, "p_col": 0.05}),
+        ("StochasticDepth", {
+            "target_layer_name": "BasicBlock", "stochastic_method": "sample",
+            "drop_distribution": "linear", "drop_rate": 0.1,
+        }),
+    ],
+}
+
+_GPT: _Spec = [
+    ("GradientClipping", {"clipping_type": "norm", "clipping_threshold": 1.0}),
+    ("LowPrecisionLayerNorm", {}),
+    ("Alibi", {"max_sequence_length": "{max_seq_length}", "train_sequence_length_scaling": 1.0}),
+]
+
+#: Language recipe name → ``[(algorithm class name, init arguments), ...]``; ``"{max_seq_length}"``
+#: stands for :func:`language`'s ``max_seq_length`` argument.
+LANGUAGE_RECIPES: dict[str, _Spec] = {
+    "gpt": _GPT,
+    "gpt-fast": [
+        *_GPT,
+        ("SeqLengthWarmup", {
+            "duration": 0.3, "min_seq_length": 8, "max_seq_length": "{max_seq_length}", "step_size": 8,
+        }),
+        ("GatedLinearUnits", {}),
+    ],
+}
+
+# The hyper-parameter a plain number or string sets (``vision("mild", label_smoothing=0.1)``).
+_MAIN_PARAMETER = {
+    "Alibi": "max_sequence_length",
+    "ColOut": "p_row",
+    "CutMix": "alpha",
+    "CutOut": "length",
+    "EMA": "half_life",
+    "GradientClipping": "clipping_threshold",
+    "LabelSmoothing": "smoothing",
+    "MixUp": "alpha",
+    "ProgressiveResizing": "initial_scale",
+    "SAM": "rho",
+    "SeqLengthWarmup": "duration",
+    "StochasticDepth": "drop_rate",
+}
+
+
+def vision(name: str = "mild", **overrides: Any) -> list[Algorithm]:
+    """The Mosaic ResNet recipe ``name`` (``"mild"``, ``"medium"`` or ``"hot"``) as algorithm instances.
+
+    Args:
+        name: which recipe.
+        **overrides: per algorithm, by snake_case class name (``label_smoothing``, ``ema``, ...):
+            a number or string sets its main hyper-parameter (``label_smoothing=0.1``,
+            ``ema="0.05dur"``); a dict updates its arguments (``ema={"update_interval": "1ba"}``);
+            an :class:`~composer_bridge.Algorithm` instance replaces it; ``None`` or ``False``
+            drops it; ``True`` keeps it with the recipe's arguments. Naming a library algorithm
+            the recipe lacks adds it at the end (``mixup=0.2``).
+
+    Raises:
+        ValueError: unknown recipe name or override key, or a value of the wrong kind.
+
+    Example:
+        >>> [type(a).__name__ for a in vision("medium")]
+        ['BlurPool', 'ChannelsLast', 'EMA', 'ProgressiveResizing', 'LabelSmoothing', 'MixUp', 'SAM']
+    """
+    return _build("vision", VISION_RECIPES, name, overrides, {})
+
+
+def language(name: str = "gpt", max_seq_length: int = 1024, **overrides: Any) -> list[Algorithm]:
+    """The language-model recipe ``name`` (``"gpt"`` or ``"gpt-fast"``) as algorithm instances.
+
+    Args:
+        name: which recipe.
+        max_seq_length: the longest sequence the model sees (ALiBi's ``max_sequence_length`` and
+            SeqLengthWarmup's ``max_seq_length``).
+        **overrides: as for :func:`vision` (``seq_length_warmup={"duration": 0.5}``, ``alibi=None``).
+
+    Example:
+        >>> [type(a).__name__ for a in language("gpt-fast", max_seq_length=128)]
+        ['GradientClipping', 'LowPrecisionLayerNorm', 'Alibi', 'SeqLengthWarmup', 'GatedLinearUnits']
+    """
+    if isinstance(max_seq_length, bool) or not isinstance(max_seq_length, int) or max_seq_length < 1:
+        raise ValueError(f"language(max_seq_length={max_seq_length!r}): needs a positive int (your model's context).")
+    return _build("language", LANGUAGE_RECIPES, name, overrides, {"max_seq_length": max_seq_length})
+
+
+# Composer's module names, which are the override keys (``blurpool``, not ``blur_pool``).
+_MODULE_NAMES = {
+    "BlurPool": "blurpool", "ColOut": "colout", "CutMix": "cutmix", "CutOut": "cutout", "MixUp": "mixup",
+    "GhostBatchNorm": "ghost_batchnorm", "LowPrecisionLayerNorm": "low_precision_layernorm",
+    "LowPrecisionGroupNorm": "low_precision_groupnorm", "SqueezeExcite": "squeeze_excite",
+}
+
+
+def _snake(class_name: str) -> str:
+    """Composer's module name: ``"ProgressiveResizing"`` → ``"progressive_resizing"``, ``"MixUp"`` → ``"mixup"``."""
+    if class_name in _MODULE_NAMES:
+        return _MODULE_NAMES[class_name]
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", class_name).lower()
+
+
+def _library() -> dict[str, type]:
+    from composer_bridge import algorithms
+
+    return {name: getattr(algorithms, name) for name in getattr(algorithms, "__all__", [])
+            if isinstance(getattr(algorithms, name, None), type)
+            and issubclass(getattr(algorithms, name), Algorithm)}
+
+
+def _build(kind: str, table: Mapping[str, _Spec], name: str, overrides: Mapping[str, Any],
+           fill: Mapping[str, Any]) -> list[Algorithm]:
+    if name not in table:
+        close = difflib.get_close_matches(str(name), table, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ValueError(f"{kind}(name={name!r}): unknown recipe.{hint} Choose one of {sorted(table)}.")
+    library = _library()
+    by_snake = {_snake(n): n for n in library}
+    spec = [(cls, {k: _fill(v, fill) for k, v in kwargs.items()}) for cls, kwargs in table[name]]
+    in_recipe = {_snake(cls): i for i, (cls, _) in enumerate(spec)}
+    entries: list[Any] = list(spec)
+    for key, value in overrides.items():
+        if key not in in_recipe and key not in by_snake and key not in _known_snake_names():
+            choices = sorted(set(in_recipe) | set(by_snake))
+            close = difflib.get_close_matches(key, choices, n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise ValueError(
+                f"{kind}({name!r}, {key}=...): {key!r} names no algorithm.{hint} Override keys are algorithm "
+                f"names in snake_case; this recipe has {sorted(in_recipe)}, the library has {sorted(by_snake)}."
+            )
+        if key in in_recipe:
+            index = in_recipe[key]
+            class_name, kwargs = spec[index]
+            entries[index] = _apply_override(kind, name, key, class_name, kwargs, value)
+        elif value is not None and value is not False:
+            class_name = by_snake.get(key) or _known_snake_names()[key]
+            entries.append(_apply_override(kind, name, key, class_name, {}, value))
+    return [entry if isinstance(entry, Algorithm) else _instantiate(kind, name, entry, library)
+            for entry in entries if entry is not None]
+
+
+def _import_algorithm(class_name: str) -> type | None:
+    """``composer_bridge.algorithms.<snake_name>.<ClassName>``, for a module not (yet) re-exported."""
+    import importlib
+
+    try:
+        module = importlib.import_module(f"composer_bridge.algorithms.{_snake(class_name)}")
+    except ImportError:
+        return None
+    cls = getattr(module, class_name, None)
+    return cls if isinstance(cls, type) and issubclass(cls, Algorithm) else None
+
+
+def _known_snake_names() -> dict[str, str]:
+    names = {cls for spec in (*VISION_RECIPES.values(), *LANGUAGE_RECIPES.values()) for cls, _ in spec}
+    return {_snake(n): n for n in names | set(_MAIN_PARAMETER)}
+
+
+def _fill(value: Any, fill: Mapping[str, Any]) -> Any:
+    if isinstance(value, str) and value.startswith("{") and value.endswith("}") and value[1:-1] in fill:
+        return fill[value[1:-1]]
+    return value
+
+
+def _apply_override(kind: str, name: str, key: str, class_name: str, kwargs: dict[str, Any], value: Any) -> Any:
+    if value is None or value is False:
+        return None
+    if value is True:
+        return (class_name, dict(kwargs))
+    if isinstance(value, Algorithm):
+        return value
+    if isinstance(value, Mapping):
+        return (class_name, {**kwargs, **value})
+    if isinstance(value, (int, float, str)):
+        main = _MAIN_PARAMETER.get(class_name)
+        if main is None:
+            raise ValueError(
+                f"{kind}({name!r}, {key}={value!r}): {class_name} has no single main hyper-parameter to set "
+                f"from a plain value. Pass a dict of its arguments instead, e.g. {key}={{...}}."
+            )
+        return (class_name, {**kwargs, main: value})
+    raise ValueError(
+        f"{kind}({name!r}, {key}={value!r}): expected a number or string (its main hyper-parameter), a dict of "
+        f"arguments, an Algorithm instance, True (keep) or None/False (drop); got {type(value).__name__}."
+    )
+
+
+def _instantiate(kind: str, name: str, entry: tuple[str, dict[str, Any]], library: Mapping[str, type]) -> Algorithm:
+    class_name, kwargs = entry
+    cls = library.get(class_name) or _import_algorithm(class_name)
+    if cls is None:
+        raise ValueError(
+            f"{kind}({name!r}) needs {class_name}, which composer_bridge.algorithms does not provide in this "
+            f"version. Drop it with {_snake(class_name)}=None, or pass your own instance with "
+            f"{_snake(class_name)}=MyAlgorithm(...)."
+        )
+    try:
+        return cls(**kwargs)
+    except TypeError as error:
+        raise TypeError(f"{kind}({name!r}): could not build {class_name}(**{kwargs!r}): {error}") from error
