@@ -2,7 +2,10 @@
 
 from composer_bridge.lightning.callback import AlgorithmEngineCallback, BridgeConfigurationError
 from composer_bridge.lightning.checkpoint_state import CheckpointStateError
+from composer_bridge.lightning.cost_report import CostReport
 from composer_bridge.lightning.module import ComposerClassifier, ComposerModule, soft_cross_entropy
+from composer_bridge.lightning.plan import Plan
+from composer_bridge.lightning.traces import TraceStore
 
 __all__ = [
     "AlgorithmEngineCallback",
@@ -10,5 +13,8 @@ __all__ = [
     "CheckpointStateError",
     "ComposerClassifier",
     "ComposerModule",
+    "CostReport",
+    "Plan",
+    "TraceStore",
     "soft_cross_entropy",
 ]

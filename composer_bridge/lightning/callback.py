@@ -166,6 +166,7 @@ class AlgorithmEngineCallback(L.Callback):
         state.accumulate_grad_batches = trainer.accumulate_grad_batches
         state.max_duration = _max_duration(trainer)
         self.logger.destinations = self._make_destinations(trainer)
+        self.logger.step = int(state.timestamp.batch.value)
         if self.engine is None or self.engine.closed:
             self.engine = self._new_engine()
         self._check_module(pl_module)
@@ -341,6 +342,7 @@ class AlgorithmEngineCallback(L.Callback):
         state.schedulers = [config.scheduler for config in trainer.lr_scheduler_configs]
         state.device = pl_module.device
         self._fit_started_at = time.perf_counter()
+        self.logger.step = int(state.timestamp.batch.value)  # after a checkpoint restored the timestamp
         self.run_event(Event.FIT_START)
         self._reporting.fit_start(trainer, lambda: self.plan().text, self._run_config)
 
