@@ -179,7 +179,7 @@ def apply_blurpool(
 class BlurPool(SurgeryAlgorithm):
     """Anti-aliased downsampling (`Zhang, 2019 <https://arxiv.org/abs/1904.11486>`_), applied at ``Event.INIT``.
 
-    Args: as :func:`apply_blurpool` (Composer's defaults).
+    Takes the arguments of :func:`apply_blurpool` (Composer's defaults).
 
     Example:
         >>> BlurPool(min_channels=8)

@@ -190,10 +190,13 @@ def apply_factorization(
 
     Args:
         model: the model to change.
-        factorize_convs / factorize_linears: which layer kinds to consider.
-        min_channels / min_features: leave layers with fewer input or output channels/features alone.
-        latent_channels / latent_features: the rank: a fraction in (0, 1) of ``min(in, out)``, or a
+        factorize_convs: consider ``nn.Conv2d`` layers.
+        factorize_linears: consider ``nn.Linear`` layers.
+        min_channels: leave convolutions with fewer input or output channels alone.
+        latent_channels: the rank of convolutions: a fraction in (0, 1) of ``min(in, out)``, or a
             whole number.
+        min_features: leave linear layers with fewer input or output features alone.
+        latent_features: the rank of linear layers, as ``latent_channels``.
         optimizers: optimizers already built over ``model``: the replaced weights leave them, the
             factors join the same param group.
 
@@ -241,7 +244,7 @@ def apply_factorization(
 class Factorize(SurgeryAlgorithm):
     """Factorise wide convolutions and linear layers into low-rank pairs at ``Event.INIT``.
 
-    Args: as :func:`apply_factorization`. The class keeps Composer's class defaults
+    Takes the arguments of :func:`apply_factorization`. The class keeps Composer's class defaults
     (``min_channels=256``, ``min_features=256``, ``latent_features=128``), which differ from the
     functional form's (512, 512, 0.25), as in Composer.
 

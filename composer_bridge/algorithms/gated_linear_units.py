@@ -166,7 +166,8 @@ def apply_gated_linear_units(
             the new ones join their param group.
         act_fn: the gate's activation: a name (``"gelu"``, ``"relu"``, ``"silu"``, ...), a callable,
             or ``None`` for each block's own activation.
-        gated_layer_bias / non_gated_layer_bias: biases of the two input projections (default none).
+        gated_layer_bias: give the gated projection a bias (default no).
+        non_gated_layer_bias: give the non-gated projection a bias (default no).
         policy: extra ``{class: fn}`` entries (see the module docs); they win over the defaults.
 
     Returns:
@@ -190,7 +191,7 @@ def apply_gated_linear_units(
 class GatedLinearUnits(SurgeryAlgorithm):
     """Gated feed-forward blocks, applied at ``Event.INIT``.
 
-    Args: as :func:`apply_gated_linear_units` (Composer's defaults). ``repr`` evaluates back
+    Takes the arguments of :func:`apply_gated_linear_units` (Composer's defaults). ``repr`` evaluates back
     when ``act_fn`` is ``None`` or a name and ``policy`` is ``None``.
 
     Example:

@@ -121,8 +121,11 @@ def apply_gyro_dropout(
 
     Args:
         model: the model to change.
-        iters_per_epoch, max_epoch: the length of training, for the re-selection period.
-        p, sigma, tau: the drop probability, masks in the pool, masks active at once.
+        iters_per_epoch: optimizer steps per epoch (with ``max_epoch``, the re-selection period).
+        max_epoch: epochs of training.
+        p: drop probability of each feature in a mask.
+        sigma: masks in the pool.
+        tau: masks active at once.
         generator: where the layers' seeds are drawn from (default: the global generator).
 
     Returns:
@@ -147,7 +150,7 @@ def apply_gyro_dropout(
 class GyroDropout(SurgeryAlgorithm):
     """GyroDropout on every ``nn.Dropout``: surgery at ``INIT``, schedule from the run's length.
 
-    Args: ``p``, ``sigma``, ``tau`` as :func:`apply_gyro_dropout` (Composer's defaults).
+    Takes ``p``, ``sigma`` and ``tau`` of :func:`apply_gyro_dropout` (Composer's defaults).
 
     Example:
         >>> GyroDropout(sigma=64, tau=8)

@@ -105,7 +105,7 @@ def apply_squeeze_excite(
 class SqueezeExcite(SurgeryAlgorithm):
     """Add Squeeze-and-Excitation blocks after wide convolutions at ``Event.INIT``.
 
-    Args: as :func:`apply_squeeze_excite` (Composer's defaults: ``latent_channels=64``,
+    Takes the arguments of :func:`apply_squeeze_excite` (Composer's defaults: ``latent_channels=64``,
     ``min_channels=128``).
 
     Example:

@@ -224,7 +224,9 @@ class StochasticDepth(SurgeryAlgorithm):
     Args:
         target_layer_name: class name of the blocks to convert (Composer requires this argument;
             here it defaults to the registered ``"BasicBlock"``).
-        stochastic_method, drop_rate, drop_distribution: as :func:`apply_stochastic_depth`.
+        stochastic_method: ``"block"`` or ``"sample"`` (see :func:`apply_stochastic_depth`).
+        drop_rate: the drop probability (of the deepest block with ``"linear"``).
+        drop_distribution: ``"linear"`` or ``"uniform"``.
         drop_warmup: ramp the drop rate linearly from 0 over this long (a fraction of the run,
             or ``"0.1dur"``, ``"2ep"``, ``"100ba"``); only with ``"block"`` (as in Composer).
         policy: your own ``{block class: fn}`` entries (see the module docs).
