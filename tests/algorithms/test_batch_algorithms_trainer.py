@@ -88,33 +88,33 @@ class DictImages(Dataset):
         return {"image": x, "label": y}
 
 
-def check_label_smoothing(x, y, raw_x, raw_y, step):  # noqa: ANN001, ANN202
+def check_label_smoothing(x, y, raw_x, raw_y, step):
     assert torch.equal(x, raw_x)
     torch.testing.assert_close(y, 0.8 * F.one_hot(raw_y, CLASSES).float() + 0.2 / CLASSES)
 
 
-def check_soft_mix(x, y, raw_x, raw_y, step):  # noqa: ANN001, ANN202
+def check_soft_mix(x, y, raw_x, raw_y, step):
     assert x.shape == raw_x.shape and not torch.equal(x, raw_x)
     assert y.dtype.is_floating_point and y.shape == (BATCH, CLASSES)
     torch.testing.assert_close(y.sum(1), torch.ones(BATCH))
 
 
-def check_cutout(x, y, raw_x, raw_y, step):  # noqa: ANN001, ANN202
+def check_cutout(x, y, raw_x, raw_y, step):
     holes = x != raw_x
     assert holes.any() and (x[holes] == 0).all() and torch.equal(y, raw_y)
 
 
-def check_colout(x, y, raw_x, raw_y, step):  # noqa: ANN001, ANN202
+def check_colout(x, y, raw_x, raw_y, step):
     assert x.shape == (BATCH, 1, 6, 6) and torch.equal(y, raw_y)
 
 
-def check_progressive_resizing(x, y, raw_x, raw_y, step):  # noqa: ANN001, ANN202
+def check_progressive_resizing(x, y, raw_x, raw_y, step):
     scale = 0.5 + 0.5 * step / MAX_STEPS  # ramps over the whole run (no delay, no fine-tuning)
     width = max(1, round(8 * scale / 4)) * 4
     assert x.shape == (BATCH, 1, width, width) and torch.equal(y, raw_y)
 
 
-def check_selective_backprop(x, y, raw_x, raw_y, step):  # noqa: ANN001, ANN202
+def check_selective_backprop(x, y, raw_x, raw_y, step):
     assert x.shape == (BATCH // 2, *raw_x.shape[1:])
     for i in range(x.shape[0]):  # every kept example is a raw example, with its own target
         j = next(j for j in range(BATCH) if torch.equal(raw_x[j], x[i]))
