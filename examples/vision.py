@@ -31,7 +31,7 @@ RECIPES = ("none", "mild", "medium", "hot")
 #: What the digits runs change in the published ImageNet recipes (see the module docstring).
 DIGITS_OVERRIDES: dict[str, Any] = {
     "ema": {"half_life": "auto", "update_interval": None},
-    "progressive_resizing": {"size_increment": 2},
+    "progressive_resizing": {"initial_scale": 0.75, "size_increment": 2},
 }
 
 

@@ -1,0 +1,138 @@
+"""composer_bridge.recipes: MosaicML's published algorithm lists, adjustable by keyword."""
+
+from __future__ import annotations
+
+import pytest
+
+from composer_bridge import Algorithm, recipes
+from composer_bridge.algorithms import BlurPool, LabelSmoothing, MixUp
+
+# The numbers as published in mosaicml/examples, examples/benchmarks/resnet_imagenet/main.py,
+# written out here independently of recipes.py.
+PUBLISHED_VISION = {
+    "mild": {
+        "BlurPool": {},
+        "ChannelsLast": {},
+        "EMA": {"half_life": "100ba", "update_interval": "20ba"},
+        "ProgressiveResizing": {"initial_scale": 0.5, "delay_fraction": 0.4, "finetune_fraction": 0.2},
+        "LabelSmoothing": {"smoothing": 0.08},
+    },
+    "medium": {
+        "BlurPool": {},
+        "ChannelsLast": {},
+        "EMA": {"half_life": "100ba", "update_interval": "20ba"},
+        "ProgressiveResizing": {"initial_scale": 0.5, "delay_fraction": 0.4, "finetune_fraction": 0.2},
+        "LabelSmoothing": {"smoothing": 0.1},
+        "MixUp": {"alpha": 0.2},
+        "SAM": {"rho": 0.5, "interval": 10},
+    },
+    "hot": {
+        "BlurPool": {},
+        "ChannelsLast": {},
+        "EMA": {"half_life": "100ba", "update_interval": "20ba"},
+        "ProgressiveResizing": {"initial_scale": 0.6, "delay_fraction": 0.2, "finetune_fraction": 0.2},
+        "LabelSmoothing": {"smoothing": 0.13},
+        "MixUp": {"alpha": 0.25},
+        "SAM": {"rho": 0.5, "interval": 5},
+        "ColOut": {"p_row": 0.05, "p_col": 0.05},
+        "StochasticDepth": {"stochastic_method": "sample", "drop_distribution": "linear", "drop_rate": 0.1},
+    },
+}
+
+
+@pytest.mark.parametrize("name", ["mild", "medium", "hot"])
+def test_vision_recipes_hold_the_published_algorithms_and_numbers(name: str) -> None:
+    algorithms = recipes.vision(name)
+    assert [type(a).__name__ for a in algorithms] == list(PUBLISHED_VISION[name])
+    for algorithm in algorithms:
+        assert isinstance(algorithm, Algorithm)
+        hparams = algorithm.hparams()
+        for key, value in PUBLISHED_VISION[name][type(algorithm).__name__].items():
+            assert hparams[key] == value, f"{name}: {type(algorithm).__name__}.{key}"
+
+
+def test_every_call_returns_fresh_instances() -> None:
+    first, second = recipes.vision("mild"), recipes.vision("mild")
+    assert first == second
+    assert all(a is not b for a, b in zip(first, second, strict=True))
+
+
+def test_a_plain_value_sets_the_main_hyper_parameter() -> None:
+    smoothing = recipes.vision("mild", label_smoothing=0.1)[-1]
+    assert smoothing == LabelSmoothing(smoothing=0.1)
+    ema = next(a for a in recipes.vision("mild", ema="0.05dur") if type(a).__name__ == "EMA")
+    assert ema.half_life == "0.05dur" and ema.update_interval == "20ba"
+
+
+def test_a_dict_updates_arguments_and_keeps_the_others() -> None:
+    resizing = recipes.vision("mild", progressive_resizing={"size_increment": 2})[3]
+    assert (resizing.size_increment, resizing.initial_scale, resizing.delay_fraction) == (2, 0.5, 0.4)
+
+
+def test_none_or_false_drops_and_true_keeps() -> None:
+    names = [type(a).__name__ for a in recipes.vision("medium", sam=None, mixup=False, blurpool=True)]
+    assert names == ["BlurPool", "ChannelsLast", "EMA", "ProgressiveResizing", "LabelSmoothing"]
+
+
+def test_an_instance_replaces_and_a_new_library_algorithm_is_appended() -> None:
+    mine = BlurPool(min_channels=4)
+    algorithms = recipes.vision("mild", blurpool=mine, mixup=0.3)
+    assert algorithms[0] is mine
+    assert algorithms[-1] == MixUp(alpha=0.3)
+    assert len(algorithms) == 6
+
+
+def test_unknown_recipe_name_says_what_exists() -> None:
+    with pytest.raises(ValueError, match=r"unknown recipe.*'mild'.*\['hot', 'medium', 'mild'\]"):
+        recipes.vision("mlid")
+    with pytest.raises(ValueError, match=r"unknown recipe.*gpt"):
+        recipes.language("bert")
+
+
+def test_unknown_override_key_suggests_the_close_one() -> None:
+    with pytest.raises(ValueError, match=r"'label_smothing' names no algorithm.*Did you mean 'label_smoothing'"):
+        recipes.vision("mild", label_smothing=0.1)
+
+
+def test_a_plain_value_for_an_algorithm_without_a_main_parameter_asks_for_a_dict() -> None:
+    with pytest.raises(ValueError, match=r"BlurPool has no single main hyper-parameter.*dict"):
+        recipes.vision("mild", blurpool=3)
+
+
+def test_a_value_of_the_wrong_kind_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"expected a number or string.*got list"):
+        recipes.vision("mild", ema=[1, 2])
+
+
+def test_an_unknown_argument_names_the_algorithm() -> None:
+    with pytest.raises(TypeError, match=r"could not build LabelSmoothing"):
+        recipes.vision("mild", label_smoothing={"smoothness": 0.1})
+
+
+def test_bad_hyper_parameters_are_still_validated_by_the_algorithm() -> None:
+    with pytest.raises(ValueError, match="smoothing"):
+        recipes.vision("mild", label_smoothing=1.5)
+
+
+def test_language_recipe_uses_the_model_length() -> None:
+    algorithms = recipes.language("gpt", max_seq_length=256)
+    assert [type(a).__name__ for a in algorithms] == ["GradientClipping", "LowPrecisionLayerNorm", "Alibi"]
+    clipping, _, alibi = algorithms
+    assert (clipping.clipping_type, clipping.clipping_threshold) == ("norm", 1.0)
+    assert (alibi.max_sequence_length, alibi.train_sequence_length_scaling) == (256, 1.0)
+    assert [type(a).__name__ for a in recipes.language("gpt", max_seq_length=64, alibi=None)] == [
+        "GradientClipping", "LowPrecisionLayerNorm"]
+
+
+def test_language_fast_recipe_warms_up_the_sequence_length() -> None:
+    algorithms = recipes.language("gpt-fast", max_seq_length=128)
+    assert [type(a).__name__ for a in algorithms] == [
+        "GradientClipping", "LowPrecisionLayerNorm", "Alibi", "SeqLengthWarmup", "GatedLinearUnits"]
+    warmup = algorithms[3]
+    assert (warmup.duration, warmup.min_seq_length, warmup.max_seq_length, warmup.step_size) == (0.3, 8, 128, 8)
+
+
+@pytest.mark.parametrize("bad", [0, -3, 1.5, True, "128"])
+def test_language_needs_a_positive_integer_length(bad: object) -> None:
+    with pytest.raises(ValueError, match="max_seq_length"):
+        recipes.language("gpt", max_seq_length=bad)  # type: ignore[arg-type]
