@@ -123,7 +123,8 @@ class ColOut(Algorithm):
             in your ``Dataset`` instead.
         resize_target: drop the same rows and columns from the targets: ``True``, ``False``, or
             ``'auto'`` (default: when the targets have the images' height and width).
-        input_key, target_key: where inputs and targets are in the batch.
+        input_key: where the inputs are in the batch (index, dict key or ``(getter, setter)``).
+        target_key: where the targets are in the batch.
 
     Example:
         >>> ColOut(p_row=0.15, p_col=0.15)

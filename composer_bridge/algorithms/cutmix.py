@@ -169,7 +169,8 @@ class CutMix(Algorithm):
         interpolate_loss: interpolate the losses instead of the targets. Default ``False``.
         uniform_sampling: every pixel equally likely to be covered. Default ``False``
             (centre uniform over the image, as in the paper).
-        input_key, target_key: where inputs and targets are in the batch.
+        input_key: where the inputs are in the batch (index, dict key or ``(getter, setter)``).
+        target_key: where the targets are in the batch.
 
     Example:
         >>> CutMix(alpha=1.0)

@@ -65,8 +65,8 @@ def smooth_labels(logits: torch.Tensor, target: torch.Tensor, smoothing: float =
     Example:
         >>> import torch
         >>> out = smooth_labels(torch.zeros(1, 5), torch.tensor([2]), smoothing=0.5)
-        >>> [round(p, 3) for p in out[0].tolist()]
-        [0.1, 0.1, 0.6, 0.1, 0.1]
+        >>> tuple(round(p, 3) for p in out[0].tolist())
+        (0.1, 0.1, 0.6, 0.1, 0.1)
     """
     _check_smoothing(smoothing)
     probabilities = targets_as_probabilities(logits, target)

@@ -184,7 +184,8 @@ class MixUp(Algorithm):
     Args:
         alpha: Beta concentration, ``>= 0``: near 0 barely mixes, 1 mixes uniformly. Default ``0.2``.
         interpolate_loss: interpolate the losses instead of the targets. Default ``False``.
-        input_key, target_key: where inputs and targets are in the batch.
+        input_key: where the inputs are in the batch (index, dict key or ``(getter, setter)``).
+        target_key: where the targets are in the batch.
 
     Example:
         >>> MixUp(alpha=0.2)

@@ -199,7 +199,8 @@ class ProgressiveResizing(Algorithm):
         delay_fraction: the first part of the run at ``initial_scale``, same forms. Default ``0.5``.
         size_increment: widths are multiples of this many pixels. Default ``4``.
         resize_targets: resize per-pixel targets too (segmentation). Default ``False``.
-        input_key, target_key: where inputs and targets are in the batch.
+        input_key: where the inputs are in the batch (index, dict key or ``(getter, setter)``).
+        target_key: where the targets are in the batch.
 
     Example:
         >>> ProgressiveResizing(initial_scale=0.5, delay_fraction="0.3dur")

@@ -59,8 +59,8 @@ def should_selective_backprop(
     a plain full-batch step; ``interrupt = 0`` never interrupts.
 
     Example:
-        >>> [should_selective_backprop(0.6, i, interrupt=2) for i in range(4)]
-        [True, False, True, False]
+        >>> tuple(should_selective_backprop(0.6, i, interrupt=2) for i in range(4))
+        (True, False, True, False)
         >>> should_selective_backprop(0.95, 0)
         False
     """
@@ -212,7 +212,8 @@ class SelectiveBackprop(Algorithm):
         scale_factor: downscaling of the inputs for the selection pass, in ``(0, 1]``. Default ``1``.
         interrupt: every ``interrupt``-th batch of an epoch is a full step (0: never); an int or
             a batch count such as ``"2ba"``. Default ``2``.
-        input_key, target_key: where inputs and targets are in the batch.
+        input_key: where the inputs are in the batch (index, dict key or ``(getter, setter)``).
+        target_key: where the targets are in the batch.
         loss_fn: optional ``(outputs, targets) -> per-example losses`` (see above).
 
     Example:
