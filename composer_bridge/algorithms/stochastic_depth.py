@@ -283,6 +283,8 @@ class StochasticDepth(SurgeryAlgorithm):
 
     def _warmup_fraction(self, state: State) -> float:
         warmup = self._warmup
+        if float(warmup.value) <= 0:
+            return 1.0
         if warmup.unit == TimeUnit.DURATION:
             elapsed = state.get_elapsed_duration()
             done = float(elapsed.value) if elapsed is not None else 1.0

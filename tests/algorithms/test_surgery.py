@@ -51,6 +51,14 @@ def test_replacements_take_the_old_modules_device_and_dtype() -> None:
     model(torch.randn(2, 3, dtype=torch.float64))
 
 
+def test_replacements_take_the_old_modules_train_or_eval_mode() -> None:
+    model = mlp().eval()
+    replace_modules(model, {nn.ReLU: lambda m, i: nn.Dropout(0.5)})
+    assert not model[1].training and not model[2][1].training
+    x = torch.randn(4, 3)
+    assert torch.equal(model(x), model(x))  # evaluation dropout: deterministic
+
+
 def test_a_module_shared_by_two_parents_stays_shared() -> None:
     relu = nn.ReLU()
     model = nn.Sequential(nn.Sequential(relu), nn.Sequential(relu))
