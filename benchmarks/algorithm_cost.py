@@ -22,6 +22,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import platform
 import statistics
@@ -31,18 +32,31 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from composer_bridge import Algorithm, ComposerClassifier, Event, Logger, State
 from composer_bridge.algorithms import (
+    Alibi,
+    BlurPool,
+    ChannelsLast,
     ColOut,
     CutMix,
     CutOut,
+    Factorize,
+    GatedLinearUnits,
+    GhostBatchNorm,
+    GyroDropout,
     LabelSmoothing,
+    LowPrecisionGroupNorm,
+    LowPrecisionLayerNorm,
     MixUp,
     ProgressiveResizing,
     SelectiveBackprop,
+    SqueezeExcite,
+    StochasticDepth,
+    WeightStandardization,
 )
-from composer_bridge.models import ResNetCNN
+from composer_bridge.models import GPT, ResNetCNN
 
 BATCH, CHANNELS, SIZE, CLASSES = 64, 3, 32, 10
 STEP_EVENTS = (
@@ -146,6 +160,80 @@ def algorithm_step(case: Case, model: ComposerClassifier, batch: tuple[torch.Ten
     return step, state
 
 
+# --- surgery algorithms: one forward+backward of the model after surgery vs before ----------------
+#: (label, configured algorithm, model); thresholds are lowered where Composer's defaults would
+#: leave the small example models untouched.
+SURGERY_CASES: list[tuple[str, Callable[[], Algorithm], str]] = [
+    ("BlurPool()", BlurPool, "ResNetCNN"),
+    ("ChannelsLast()", ChannelsLast, "ResNetCNN"),
+    ("SqueezeExcite(latent_channels=0.25, min_channels=32)",
+     lambda: SqueezeExcite(latent_channels=0.25, min_channels=32), "ResNetCNN"),
+    ("StochasticDepth(drop_rate=0.2)", lambda: StochasticDepth(drop_rate=0.2), "ResNetCNN"),
+    ("GhostBatchNorm(ghost_batch_size=16)", lambda: GhostBatchNorm(ghost_batch_size=16), "ResNetCNN"),
+    ("WeightStandardization()", WeightStandardization, "ResNetCNN"),
+    ("Factorize(min_channels=32, latent_channels=0.25)",
+     lambda: Factorize(min_channels=32, latent_channels=0.25), "ResNetCNN"),
+    ("LowPrecisionGroupNorm()", LowPrecisionGroupNorm, "GroupNorm CNN, bf16 autocast"),
+    ("LowPrecisionLayerNorm()", LowPrecisionLayerNorm, "GPT, bf16 autocast"),
+    ("GatedLinearUnits()", GatedLinearUnits, "GPT"),
+    ("Alibi(max_sequence_length=128)", lambda: Alibi(max_sequence_length=128), "GPT"),
+    ("GyroDropout()", GyroDropout, "GPT"),
+]
+
+
+def surgery_model(kind: str) -> tuple[nn.Module, torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]:
+    """The model a surgery case changes, a fixed input and a loss on its output."""
+    torch.manual_seed(0)
+    generator = torch.Generator().manual_seed(0)
+    if kind.startswith("GPT"):  # 16 sequences of 128 characters
+        net: nn.Module = GPT(vocab_size=96, block_size=128, d_model=128, n_layers=2, n_heads=4, dropout=0.1)
+        tokens = torch.randint(0, 96, (16, 129), generator=generator)
+        return net, tokens[:, :-1], lambda out: F.cross_entropy(out.float().reshape(-1, 96), tokens[:, 1:].reshape(-1))
+    images = torch.randn(BATCH, CHANNELS, SIZE, SIZE, generator=generator)
+    labels = torch.randint(0, CLASSES, (BATCH,), generator=generator)
+    if kind.startswith("GroupNorm"):
+        net = nn.Sequential(nn.Conv2d(CHANNELS, 32, 3, padding=1), nn.GroupNorm(8, 32), nn.ReLU(),
+                            nn.Conv2d(32, 64, 3, stride=2, padding=1), nn.GroupNorm(8, 64), nn.ReLU(),
+                            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, CLASSES))
+    else:
+        net = ResNetCNN(num_classes=CLASSES, in_channels=CHANNELS)
+    return net, images, lambda out: F.cross_entropy(out.float(), labels)
+
+
+def surgery_step(model: nn.Module, inputs: torch.Tensor, loss_of: Callable[[torch.Tensor], torch.Tensor],
+                 autocast: bool) -> Callable[[], None]:
+    def run() -> None:
+        model.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            loss = loss_of(model(inputs))
+        loss.backward()
+
+    return run
+
+
+def print_surgery_table(args: argparse.Namespace) -> None:
+    """Forward+backward after each surgery vs before (train mode), interleaved run by run."""
+    print("\n| surgery | model | forward+backward before (ms) | after (ms) | after ÷ before |")
+    print("|---|---|---|---|---|")
+    for label, make, kind in SURGERY_CASES:
+        if args.only and not any(label.startswith(prefix) for prefix in args.only):
+            continue
+        net, inputs, loss_of = surgery_model(kind)
+        changed = copy.deepcopy(net)
+        state = State(changed, max_duration="1000ba", seed=0, precision="bf16-mixed")
+        state.dataloader_len, state.batch = 100, (inputs, inputs)
+        algorithm = make()
+        for event in (Event.INIT, Event.AFTER_DATALOADER):  # surgery, then per-step set-up (generators)
+            if algorithm.match(event, state):
+                algorithm.apply(event, state, Logger())
+        autocast = "autocast" in kind
+        steps = {"before": surgery_step(net.train(), inputs, loss_of, autocast),
+                 "after": surgery_step(changed.train(), inputs, loss_of, autocast)}
+        times = interleaved_medians(steps, args.seconds, args.runs)
+        print(f"| {label} | {kind} | {times['before']:.0f} | {times['after']:.0f} | "
+              f"{times['after'] / times['before']:.2f} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=1.0, help="length of one run of a measurement")
@@ -182,6 +270,7 @@ def main() -> None:
               f"{(cost + after) / full:.2f} | {notes} |")
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
                platform.processor()) if os.path.exists("/proc/cpuinfo") else platform.processor()
+    print_surgery_table(args)
     print(f"\n{cpu}; {torch.get_num_threads()} torch thread(s); Python {platform.python_version()}, "
           f"torch {torch.__version__}; median of {args.runs} runs of about {args.seconds:g} s each.")
 
