@@ -41,12 +41,14 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 import vision  # noqa: E402  (examples/vision.py)
 
 
-def _mean_sd(values: list[float], fmt: str) -> str:
+def _mean_sd(values: list[float], fmt: str, suffix: str = "") -> str:
+    """``mean ± standard deviation`` (the deviation unsigned), or ``—`` for no values."""
     if not values:
         return "—"
     if len(values) == 1:
-        return format(values[0], fmt)
-    return f"{format(statistics.mean(values), fmt)} ± {format(statistics.stdev(values), fmt)}"
+        return format(values[0], fmt) + suffix
+    spread = format(statistics.stdev(values), fmt.replace("+", ""))
+    return f"{format(statistics.mean(values), fmt)} ± {spread}{suffix}"
 
 
 def _machine() -> str:
@@ -133,9 +135,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         lines.append(
             f"| {name} | {_mean_sd([r['final_acc'] for r in runs], '.4f')} "
             f"| {_mean_sd([r['delta_acc'] for r in runs], '+.4f')} | {len(reached)}/{len(runs)} seeds "
-            f"| {_mean_sd([r['speedup_cpu'] for r in reached], '.2f')}x "
-            f"| {_mean_sd([r['speedup_wall'] for r in runs if r['speedup_wall']], '.2f')}x "
-            f"| {_mean_sd([r['strict_speedup_cpu'] for r in reached if r['strict_speedup_cpu']], '.2f')}x "
+            f"| {_mean_sd([r['speedup_cpu'] for r in reached], '.2f', 'x')} "
+            f"| {_mean_sd([r['speedup_wall'] for r in runs if r['speedup_wall']], '.2f', 'x')} "
+            f"| {_mean_sd([r['strict_speedup_cpu'] for r in reached if r['strict_speedup_cpu']], '.2f', 'x')} "
             f"| {_mean_sd([r['train_cpu_s'] for r in runs], '.1f')} |"
         )
     table = "\n".join(lines)

@@ -68,7 +68,7 @@ def test_cli_builds_the_callback_and_algorithms_from_yaml(monkeypatch: pytest.Mo
     assert [type(a).__name__ for a in algorithms] == [
         "BlurPool", "ChannelsLast", "EMA", "ProgressiveResizing", "LabelSmoothing"]
     assert algorithms[0] == BlurPool() and algorithms[1] == ChannelsLast()
-    assert algorithms[2].half_life == "auto"
+    assert (algorithms[2].half_life, algorithms[2].update_interval) == ("auto", "3ba")
     assert algorithms[3] == ProgressiveResizing(initial_scale=0.75, delay_fraction=0.4, finetune_fraction=0.2,
                                                 size_increment=2)
     assert algorithms[4] == LabelSmoothing(smoothing=0.08)
