@@ -28,6 +28,7 @@ from typing import Any, NamedTuple
 
 import lightning as L
 import torch
+from lightning.pytorch.utilities import rank_zero_only
 
 from composer_bridge import AlgorithmEngineCallback, ComposerClassifier, recipes
 from composer_bridge.data import digits_loaders
@@ -212,6 +213,8 @@ def main(argv: list[str] | None = None) -> RunResult:
         batch_size=args.batch_size, accelerator=args.accelerator, devices=devices, strategy=args.strategy,
         precision=args.precision, enable_progress_bar=True,
     )
+    if rank_zero_only.rank != 0:  # with --strategy ddp, every process gets here; one report is enough
+        return result
     print(f"recipe={args.recipe}: val/acc {result.final_acc:.4f} after {result.train_seconds:.1f} s of training")
     if result.callback is not None:
         print(result.callback.plan())

@@ -25,11 +25,14 @@ def _title_and_summary(path: Path) -> tuple[str, str]:
     for i, line in enumerate(lines):
         if line.startswith("# "):
             title = line[2:].strip()
+            paragraph: list[str] = []
             for rest in lines[i + 1:]:
                 text = rest.strip()
-                if text and not text.startswith(("#", "|", "```", "!!!", "<", "[", "-", "*", ">")):
-                    summary = re.split(r"(?<=[.!?])\s", text, maxsplit=1)[0]
+                if paragraph and not text:
                     break
+                if text and (paragraph or not text.startswith(("#", "|", "```", "!!!", "<", "[", "-", "*", ">"))):
+                    paragraph.append(text)
+            summary = re.split(r"(?<=[.!?])\s", " ".join(paragraph), maxsplit=1)[0]
             break
     return title, summary
 
