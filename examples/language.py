@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--d-model", type=int, default=128)
     parser.add_argument("--n-layers", type=int, default=3)
-    parser.add_argument("--max-epochs", type=int, default=2)
+    parser.add_argument("--max-epochs", type=int, default=4)
     parser.add_argument("--max-steps", type=int, default=-1)
     parser.add_argument("--max-chars", type=int, default=None, help="use only the first N characters of the text")
     parser.add_argument("--accelerator", default="auto")
