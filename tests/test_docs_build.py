@@ -58,3 +58,12 @@ def test_recipes_page_overrides_run() -> None:
         code = line.split("#")[0].strip()
         if code:
             eval(code, {"recipes": recipes, "MyResizing": ProgressiveResizing})  # noqa: S307
+
+
+def test_getting_started_gives_the_readme_commands() -> None:
+    readme = (ROOT / "README.md").read_text()
+    guide = (DOCS / "getting-started.md").read_text()
+    commands = [line for line in readme.splitlines() if line.startswith("python3 -m venv .venv")]
+    assert len(commands) == 2, "README has its two set-up-and-run commands"
+    for command in commands:
+        assert command in guide, f"docs/getting-started.md should give the README's command: {command}"
