@@ -16,7 +16,7 @@ logs both runs to W&B in offline mode under ``outputs/wandb`` (``wandb sync`` up
 Training time leaves out validation; the first few steps of a throw-away run warm up PyTorch
 before anything is timed. The runs choose ``accelerator="auto"``: a GPU or TPU is used when
 present. On CPU it uses one PyTorch thread (``--threads``); on 2 CPU cores the demo takes
-about a minute and a half.
+about 30 seconds (a minute while other programs load the cores).
 """
 
 from __future__ import annotations
