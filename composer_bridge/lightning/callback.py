@@ -628,6 +628,12 @@ class AlgorithmEngineCallback(L.Callback):
                 "belong to the modified model and cannot load into this one. Fix: add them to "
                 "AlgorithmEngineCallback(algorithms=[...]), or pass add_missing_on_load=True to re-create them."
             )
+        if getattr(self._trainer.strategy if self._trainer else None, "restore_checkpoint_after_setup", False):
+            raise CheckpointStateError(
+                f"The checkpoint needs {', '.join(e['class'] for e in missing)}, and this strategy restores "
+                "checkpoints after the model is wrapped and the optimizers exist, too late to re-create model "
+                "surgery. Add them to AlgorithmEngineCallback(algorithms=[...]) instead of add_missing_on_load."
+            )
         known = known_algorithm_classes(self.known_algorithms)
         for entry in missing:
             algorithm = rebuild_algorithm(entry, known)

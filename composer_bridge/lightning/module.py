@@ -144,7 +144,8 @@ class ComposerClassifier(ComposerModule):
         num_classes: number of classes.
         optimizer: a factory ``params -> Optimizer`` (default: SGD, lr 0.1, momentum 0.9).
         scheduler: optional factory ``optimizer -> LR scheduler`` (stepped every optimizer step).
-        input_key, target_key: where inputs and targets live in a batch (indices or dict keys).
+        input_key: where the inputs live in a batch (an index or a dict key).
+        target_key: where the targets live in a batch (an index or a dict key).
 
     Example:
         >>> net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 10))
@@ -181,8 +182,9 @@ class ComposerClassifier(ComposerModule):
         inputs = get_batch_item(batch, self.input_key) if isinstance(batch, (tuple, list, dict)) else batch
         return self.module(inputs)
 
-    def loss(self, outputs: torch.Tensor, batch: Any) -> torch.Tensor:
-        return soft_cross_entropy(outputs, get_batch_item(batch, self.target_key))
+    def loss(self, outputs: torch.Tensor, batch: Any, reduction: str = "mean") -> torch.Tensor:
+        """Cross-entropy against hard or soft targets; ``reduction="none"`` gives one loss per example."""
+        return soft_cross_entropy(outputs, get_batch_item(batch, self.target_key), reduction=reduction)
 
     def _hard_targets(self, batch: Any) -> torch.Tensor:
         targets = get_batch_item(batch, self.target_key)
