@@ -54,12 +54,17 @@ from __future__ import annotations
 
 import difflib
 import re
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
 from composer_bridge.core.algorithm import Algorithm
 
-__all__ = ["LANGUAGE_RECIPES", "VISION_RECIPES", "language", "vision"]
+__all__ = ["LANGUAGE_RECIPES", "VISION_RECIPES", "MissingAlgorithmWarning", "language", "vision"]
+
+
+class MissingAlgorithmWarning(UserWarning):
+    """A recipe built with ``missing="drop"`` left out algorithms this library version lacks."""
 
 # A recipe is a list of (algorithm class name, keyword arguments). Classes are looked up in
 # composer_bridge.algorithms when a recipe is built, so this module imports no algorithm.
@@ -132,7 +137,7 @@ _MAIN_PARAMETER = {
 }
 
 
-def vision(name: str = "mild", **overrides: Any) -> list[Algorithm]:
+def vision(name: str = "mild", *, missing: str = "error", **overrides: Any) -> list[Algorithm]:
     """The Mosaic ResNet recipe ``name`` (``"mild"``, ``"medium"`` or ``"hot"``) as algorithm instances.
 
     Args:
@@ -143,24 +148,30 @@ def vision(name: str = "mild", **overrides: Any) -> list[Algorithm]:
             an :class:`~composer_bridge.Algorithm` instance replaces it; ``None`` or ``False``
             drops it; ``True`` keeps it with the recipe's arguments. Naming a library algorithm
             the recipe lacks adds it at the end (``mixup=0.2``).
+        missing: what to do when the installed ``composer_bridge.algorithms`` lacks one of the
+            recipe's algorithms: ``"error"`` (default) raises, ``"drop"`` leaves it out with a
+            :class:`MissingAlgorithmWarning` naming it.
 
     Raises:
-        ValueError: unknown recipe name or override key, or a value of the wrong kind.
+        ValueError: unknown recipe name or override key, a value of the wrong kind, or (with
+            ``missing="error"``) an algorithm this version of the library does not provide.
 
     Example:
         >>> [type(a).__name__ for a in vision("medium")]
         ['BlurPool', 'ChannelsLast', 'EMA', 'ProgressiveResizing', 'LabelSmoothing', 'MixUp', 'SAM']
     """
-    return _build("vision", VISION_RECIPES, name, overrides, {})
+    return _build("vision", VISION_RECIPES, name, overrides, {}, missing)
 
 
-def language(name: str = "gpt", max_seq_length: int = 1024, **overrides: Any) -> list[Algorithm]:
+def language(name: str = "gpt", max_seq_length: int = 1024, *, missing: str = "error",
+             **overrides: Any) -> list[Algorithm]:
     """The language-model recipe ``name`` (``"gpt"`` or ``"gpt-fast"``) as algorithm instances.
 
     Args:
         name: which recipe.
         max_seq_length: the longest sequence the model sees (ALiBi's ``max_sequence_length`` and
             SeqLengthWarmup's ``max_seq_length``).
+        missing: as for :func:`vision`.
         **overrides: as for :func:`vision` (``seq_length_warmup={"duration": 0.5}``, ``alibi=None``).
 
     Example:
@@ -169,7 +180,7 @@ def language(name: str = "gpt", max_seq_length: int = 1024, **overrides: Any) ->
     """
     if isinstance(max_seq_length, bool) or not isinstance(max_seq_length, int) or max_seq_length < 1:
         raise ValueError(f"language(max_seq_length={max_seq_length!r}): needs a positive int (your model's context).")
-    return _build("language", LANGUAGE_RECIPES, name, overrides, {"max_seq_length": max_seq_length})
+    return _build("language", LANGUAGE_RECIPES, name, overrides, {"max_seq_length": max_seq_length}, missing)
 
 
 # Composer's module names, which are the override keys (``blurpool``, not ``blur_pool``).
@@ -196,7 +207,9 @@ def _library() -> dict[str, type]:
 
 
 def _build(kind: str, table: Mapping[str, _Spec], name: str, overrides: Mapping[str, Any],
-           fill: Mapping[str, Any]) -> list[Algorithm]:
+           fill: Mapping[str, Any], missing: str = "error") -> list[Algorithm]:
+    if missing not in ("error", "drop"):
+        raise ValueError(f"{kind}(missing={missing!r}): choose 'error' (raise) or 'drop' (leave the algorithm out).")
     if name not in table:
         close = difflib.get_close_matches(str(name), table, n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""
@@ -222,20 +235,17 @@ def _build(kind: str, table: Mapping[str, _Spec], name: str, overrides: Mapping[
         elif value is not None and value is not False:
             class_name = by_snake.get(key) or _known_snake_names()[key]
             entries.append(_apply_override(kind, name, key, class_name, {}, value))
-    return [entry if isinstance(entry, Algorithm) else _instantiate(kind, name, entry, library)
-            for entry in entries if entry is not None]
-
-
-def _import_algorithm(class_name: str) -> type | None:
-    """``composer_bridge.algorithms.<snake_name>.<ClassName>``, for a module not (yet) re-exported."""
-    import importlib
-
-    try:
-        module = importlib.import_module(f"composer_bridge.algorithms.{_snake(class_name)}")
-    except ImportError:
-        return None
-    cls = getattr(module, class_name, None)
-    return cls if isinstance(cls, type) and issubclass(cls, Algorithm) else None
+    entries = [entry for entry in entries if entry is not None]
+    if missing == "drop":
+        absent = [e[0] for e in entries if not isinstance(e, Algorithm)
+                  and library.get(e[0]) is None]
+        if absent:
+            warnings.warn(
+                f"{kind}({name!r}): this version of composer_bridge.algorithms has no {', '.join(absent)}; "
+                "the recipe runs without them.", MissingAlgorithmWarning, stacklevel=3,
+            )
+            entries = [e for e in entries if isinstance(e, Algorithm) or e[0] not in absent]
+    return [entry if isinstance(entry, Algorithm) else _instantiate(kind, name, entry, library) for entry in entries]
 
 
 def _known_snake_names() -> dict[str, str]:
@@ -274,7 +284,7 @@ def _apply_override(kind: str, name: str, key: str, class_name: str, kwargs: dic
 
 def _instantiate(kind: str, name: str, entry: tuple[str, dict[str, Any]], library: Mapping[str, type]) -> Algorithm:
     class_name, kwargs = entry
-    cls = library.get(class_name) or _import_algorithm(class_name)
+    cls = library.get(class_name)
     if cls is None:
         raise ValueError(
             f"{kind}({name!r}) needs {class_name}, which composer_bridge.algorithms does not provide in this "

@@ -132,19 +132,23 @@ class ComposerLanguageModel(ComposerModule):
 def chosen_algorithms(args: argparse.Namespace) -> list[Any]:
     """The algorithms the flags ask for (or the ``--recipe``)."""
     if args.recipe != "none":
-        return recipes.language(args.recipe, max_seq_length=args.block_size)
+        return recipes.language(args.recipe, max_seq_length=args.block_size, missing="drop")
     from composer_bridge import algorithms
 
+    wanted = [
+        (args.alibi, "Alibi", {"max_sequence_length": args.block_size, "train_sequence_length_scaling": 1.0}),
+        (args.gated_linear_units, "GatedLinearUnits", {}),
+        (args.low_precision_layernorm, "LowPrecisionLayerNorm", {}),
+        (args.seq_length_warmup, "SeqLengthWarmup",
+         {"duration": 0.3, "min_seq_length": 8, "max_seq_length": args.block_size, "step_size": 8}),
+    ]
     chosen: list[Any] = []
-    if args.alibi:
-        chosen.append(algorithms.Alibi(max_sequence_length=args.block_size, train_sequence_length_scaling=1.0))
-    if args.gated_linear_units:
-        chosen.append(algorithms.GatedLinearUnits())
-    if args.low_precision_layernorm:
-        chosen.append(algorithms.LowPrecisionLayerNorm())
-    if args.seq_length_warmup:
-        chosen.append(algorithms.SeqLengthWarmup(duration=0.3, min_seq_length=8, max_seq_length=args.block_size,
-                                                 step_size=8))
+    for on, name, kwargs in wanted:
+        if not on:
+            continue
+        if not hasattr(algorithms, name):
+            raise SystemExit(f"composer_bridge.algorithms has no {name} in this version; leave out its flag.")
+        chosen.append(getattr(algorithms, name)(**kwargs))
     return chosen
 
 

@@ -23,8 +23,8 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 
-from composer_bridge import AlgorithmEngineCallback
-from composer_bridge.algorithms import EMA, BlurPool, ChannelsLast, CutOut, ProgressiveResizing
+from composer_bridge import AlgorithmEngineCallback, algorithms
+from composer_bridge.algorithms import BlurPool, ChannelsLast, CutOut, ProgressiveResizing
 from composer_bridge.data import digits_loaders
 from composer_bridge.models import ResNetCNN
 
@@ -66,13 +66,15 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
     L.seed_everything(args.seed, verbose=False)
     train_loader, val_loader = digits_loaders(batch_size=64, seed=args.seed)
-    callback = AlgorithmEngineCallback([
+    chosen = [
         BlurPool(),
         ChannelsLast(),
         CutOut(num_holes=1, length=0.25),
         ProgressiveResizing(initial_scale=0.75, size_increment=2),
-        EMA(),
-    ])
+    ]
+    if hasattr(algorithms, "EMA"):  # weight averaging, where this version of the library has it
+        chosen.append(algorithms.EMA())
+    callback = AlgorithmEngineCallback(chosen)
     trainer = L.Trainer(
         max_epochs=args.max_epochs, max_steps=args.max_steps, accelerator=args.accelerator, devices=1,
         callbacks=[callback], logger=False, enable_checkpointing=False, num_sanity_val_steps=0,
