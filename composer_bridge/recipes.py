@@ -242,7 +242,7 @@ def _build(kind: str, table: Mapping[str, _Spec], name: str, overrides: Mapping[
         if absent:
             warnings.warn(
                 f"{kind}({name!r}): this version of composer_bridge.algorithms has no {', '.join(absent)}; "
-                "the recipe runs without them.", MissingAlgorithmWarning, stacklevel=3,
+                f"the recipe runs without {'it' if len(absent) == 1 else 'them'}.", MissingAlgorithmWarning, stacklevel=3,
             )
             entries = [e for e in entries if isinstance(e, Algorithm) or e[0] not in absent]
     return [entry if isinstance(entry, Algorithm) else _instantiate(kind, name, entry, library) for entry in entries]
