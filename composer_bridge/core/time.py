@@ -443,6 +443,14 @@ _WALL_CLOCKS = ("total_wct", "iteration_wct", "epoch_wct", "batch_wct")
 _ZERO = datetime.timedelta(0)
 
 
+def _trusted_time(value: int, unit: TimeUnit) -> Time[int]:
+    """A Time from a value already known to be valid for ``unit`` (no re-validation: hot path)."""
+    time = Time.__new__(Time)
+    time._value = value
+    time._unit = unit
+    return time
+
+
 def _count(name: str, value: Time | int) -> Time[int]:
     unit = _COUNTS[name]
     if isinstance(value, Time):
@@ -617,21 +625,25 @@ class Timestamp:
         duration: datetime.timedelta | float | None = None,
     ) -> Timestamp:
         """The Timestamp after one more batch of ``samples`` samples and ``tokens`` tokens lasting ``duration``."""
-        samples = _count("sample", samples)
-        tokens = _count("token", tokens)
+        n_samples = samples if type(samples) is int and samples >= 0 else _count("sample", samples)._value
+        n_tokens = tokens if type(tokens) is int and tokens >= 0 else _count("token", tokens)._value
         wct = _wall_clock("duration", duration)
-        return self.copy(
-            batch=self.batch + 1,
-            batch_in_epoch=self.batch_in_epoch + 1,
-            sample=self.sample + samples,
-            sample_in_epoch=self.sample_in_epoch + samples,
-            token=self.token + tokens,
-            token_in_epoch=self.token_in_epoch + tokens,
-            total_wct=self.total_wct + wct,
-            iteration_wct=self.iteration_wct + wct,
-            epoch_wct=self.epoch_wct + wct,
-            batch_wct=wct,
-        )
+        # Runs once per optimizer step: the inputs are validated above, so build the new counts
+        # directly rather than through copy()'s full validation.
+        add = {"batch": 1, "batch_in_epoch": 1, "sample": n_samples, "sample_in_epoch": n_samples,
+               "token": n_tokens, "token_in_epoch": n_tokens}
+        counts = dict(self._counts)
+        for name, delta in add.items():
+            if delta:
+                counts[name] = _trusted_time(counts[name]._value + delta, _COUNTS[name])
+        clocks = self._clocks
+        new = Timestamp.__new__(Timestamp)
+        new._counts = counts
+        new._clocks = {
+            "total_wct": clocks["total_wct"] + wct, "iteration_wct": clocks["iteration_wct"] + wct,
+            "epoch_wct": clocks["epoch_wct"] + wct, "batch_wct": wct,
+        }
+        return new
 
     def to_next_epoch(self) -> Timestamp:
         """The Timestamp at the start of the next epoch: ``epoch + 1``, per-epoch counts and clocks reset."""

@@ -357,6 +357,9 @@ class TraceDestination(LoggerDestination):
         self.trainer = trainer
         self.current_step = current_step
         self.sink = LightningLoggers(trainer)
+        # The rank and the loggers do not change during a run: read them once, not at every event.
+        self._global_zero = bool(getattr(trainer, "is_global_zero", True))
+        self._has_loggers = bool(getattr(trainer, "loggers", None))
 
     def log_traces(self, traces: Traces, step: int | None = None) -> None:
         if not traces:
@@ -364,10 +367,10 @@ class TraceDestination(LoggerDestination):
         step = int(step) if step is not None else int(self.current_step())
         reporting = self.reporting
         reporting.store.log_traces(traces, step)
-        if not getattr(self.trainer, "is_global_zero", True):
+        if not self._global_zero:
             return
         reporting.text.write(step, traces)
-        if self.trainer.loggers:
+        if self._has_loggers:
             reporting.metrics.add(step, traces, self.sink)
 
 
