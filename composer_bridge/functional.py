@@ -10,11 +10,14 @@ from composer_bridge.algorithms.channels_last import apply_channels_last
 from composer_bridge.algorithms.colout import colout_batch
 from composer_bridge.algorithms.cutmix import cutmix_batch
 from composer_bridge.algorithms.cutout import cutout_batch
+from composer_bridge.algorithms.ema import compute_ema
 from composer_bridge.algorithms.factorize import apply_factorization
 from composer_bridge.algorithms.gated_linear_units import apply_gated_linear_units
 from composer_bridge.algorithms.ghost_batchnorm import apply_ghost_batchnorm
+from composer_bridge.algorithms.gradient_clipping import apply_gradient_clipping
 from composer_bridge.algorithms.gyro_dropout import apply_gyro_dropout
 from composer_bridge.algorithms.label_smoothing import smooth_labels
+from composer_bridge.algorithms.layer_freezing import freeze_layers
 from composer_bridge.algorithms.low_precision_groupnorm import apply_low_precision_groupnorm
 from composer_bridge.algorithms.low_precision_layernorm import apply_low_precision_layernorm
 from composer_bridge.algorithms.mixup import mixup_batch
@@ -31,6 +34,7 @@ __all__: list[str] = [
     "apply_factorization",
     "apply_gated_linear_units",
     "apply_ghost_batchnorm",
+    "apply_gradient_clipping",
     "apply_gyro_dropout",
     "apply_low_precision_groupnorm",
     "apply_low_precision_layernorm",
@@ -38,8 +42,10 @@ __all__: list[str] = [
     "apply_stochastic_depth",
     "apply_weight_standardization",
     "colout_batch",
+    "compute_ema",
     "cutmix_batch",
     "cutout_batch",
+    "freeze_layers",
     "mixup_batch",
     "resize_batch",
     "select_using_loss",

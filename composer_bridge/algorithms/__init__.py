@@ -11,18 +11,23 @@ from composer_bridge.algorithms.channels_last import ChannelsLast
 from composer_bridge.algorithms.colout import ColOut
 from composer_bridge.algorithms.cutmix import CutMix
 from composer_bridge.algorithms.cutout import CutOut
+from composer_bridge.algorithms.ema import EMA
 from composer_bridge.algorithms.factorize import Factorize
 from composer_bridge.algorithms.gated_linear_units import GatedLinearUnits
 from composer_bridge.algorithms.ghost_batchnorm import GhostBatchNorm
+from composer_bridge.algorithms.gradient_clipping import GradientClipping
 from composer_bridge.algorithms.gyro_dropout import GyroDropout
 from composer_bridge.algorithms.label_smoothing import LabelSmoothing
+from composer_bridge.algorithms.layer_freezing import LayerFreezing
 from composer_bridge.algorithms.low_precision_groupnorm import LowPrecisionGroupNorm
 from composer_bridge.algorithms.low_precision_layernorm import LowPrecisionLayerNorm
 from composer_bridge.algorithms.mixup import MixUp
 from composer_bridge.algorithms.progressive_resizing import ProgressiveResizing
+from composer_bridge.algorithms.sam import SAM
 from composer_bridge.algorithms.selective_backprop import SelectiveBackprop
 from composer_bridge.algorithms.squeeze_excite import SqueezeExcite
 from composer_bridge.algorithms.stochastic_depth import StochasticDepth
+from composer_bridge.algorithms.swa import SWA
 from composer_bridge.algorithms.weight_standardization import WeightStandardization
 
 __all__: list[str] = [
@@ -32,15 +37,20 @@ __all__: list[str] = [
     "ColOut",
     "CutMix",
     "CutOut",
+    "EMA",
     "Factorize",
     "GatedLinearUnits",
     "GhostBatchNorm",
+    "GradientClipping",
     "GyroDropout",
     "LabelSmoothing",
+    "LayerFreezing",
     "LowPrecisionGroupNorm",
     "LowPrecisionLayerNorm",
     "MixUp",
     "ProgressiveResizing",
+    "SAM",
+    "SWA",
     "SelectiveBackprop",
     "SqueezeExcite",
     "StochasticDepth",
