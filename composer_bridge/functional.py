@@ -23,6 +23,7 @@ from composer_bridge.algorithms.low_precision_layernorm import apply_low_precisi
 from composer_bridge.algorithms.mixup import mixup_batch
 from composer_bridge.algorithms.progressive_resizing import resize_batch
 from composer_bridge.algorithms.selective_backprop import select_using_loss, should_selective_backprop
+from composer_bridge.algorithms.seq_length_warmup import set_batch_sequence_length
 from composer_bridge.algorithms.squeeze_excite import apply_squeeze_excite
 from composer_bridge.algorithms.stochastic_depth import apply_stochastic_depth
 from composer_bridge.algorithms.weight_standardization import apply_weight_standardization
@@ -49,6 +50,7 @@ __all__: list[str] = [
     "mixup_batch",
     "resize_batch",
     "select_using_loss",
+    "set_batch_sequence_length",
     "should_selective_backprop",
     "smooth_labels",
 ]

@@ -25,6 +25,7 @@ from composer_bridge.algorithms.mixup import MixUp
 from composer_bridge.algorithms.progressive_resizing import ProgressiveResizing
 from composer_bridge.algorithms.sam import SAM
 from composer_bridge.algorithms.selective_backprop import SelectiveBackprop
+from composer_bridge.algorithms.seq_length_warmup import SeqLengthWarmup
 from composer_bridge.algorithms.squeeze_excite import SqueezeExcite
 from composer_bridge.algorithms.stochastic_depth import StochasticDepth
 from composer_bridge.algorithms.swa import SWA
@@ -52,6 +53,7 @@ __all__: list[str] = [
     "SAM",
     "SWA",
     "SelectiveBackprop",
+    "SeqLengthWarmup",
     "SqueezeExcite",
     "StochasticDepth",
     "WeightStandardization",

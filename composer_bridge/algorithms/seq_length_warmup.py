@@ -1,0 +1,176 @@
+"""Sequence length warmup: train on short sequences first, growing them linearly to full length.
+
+Example:
+    >>> import torch
+    >>> batch = {"input_ids": torch.arange(12).view(2, 6), "labels": torch.arange(12).view(2, 6)}
+    >>> set_batch_sequence_length(batch, 4)["input_ids"].tolist()
+    [[0, 1, 2, 3], [6, 7, 8, 9]]
+    >>> set_batch_sequence_length(batch, 3, truncate=False)["input_ids"].shape
+    torch.Size([4, 3])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from composer_bridge.core.algorithm import Algorithm
+from composer_bridge.core.event import Event
+from composer_bridge.core.time import Time, TimeUnit
+
+if TYPE_CHECKING:
+    from composer_bridge.core.logger import Logger
+    from composer_bridge.core.state import State
+
+__all__ = ["SeqLengthWarmup", "set_batch_sequence_length"]
+
+
+def _sequence_tensors(batch: Any) -> list[tuple[Any, torch.Tensor]]:
+    items = batch.items() if isinstance(batch, Mapping) else enumerate(batch)
+    return [(k, v) for k, v in items if isinstance(v, torch.Tensor) and v.ndim >= 2]
+
+
+def set_batch_sequence_length(batch: Any, curr_seq_len: int, truncate: bool = True) -> Any:
+    """Cut every ``(batch, sequence, ...)`` tensor of ``batch`` to ``curr_seq_len`` tokens.
+
+    With ``truncate=True`` the tail of each sequence is dropped. With ``truncate=False`` the
+    tokens are kept and re-cut into more, shorter sequences (``(B, T) -> (B * T // L, L)``; the
+    last ``B * T % L`` tokens are dropped). ``batch`` is a dict (e.g. ``input_ids``, ``labels``,
+    ``attention_mask``) or a tuple/list of tensors; tensors with fewer than two dimensions are
+    left as they are. A new batch of the same kind is returned.
+
+    Args:
+        batch: the batch; every tensor with two or more dimensions is a token sequence.
+        curr_seq_len: the sequence length to train on, ``>= 1``.
+        truncate: drop the tail (``True``) or re-cut all tokens into shorter rows (``False``).
+    """
+    if isinstance(curr_seq_len, bool) or not isinstance(curr_seq_len, int) or curr_seq_len < 1:
+        raise ValueError(f"set_batch_sequence_length(curr_seq_len={curr_seq_len!r}): needs an int >= 1.")
+    tensors = _sequence_tensors(batch)
+    if not tensors:
+        raise ValueError(
+            "set_batch_sequence_length found no (batch, sequence) tensor in the batch; SeqLengthWarmup needs "
+            "token batches such as {'input_ids': (B, T), 'labels': (B, T)} or (inputs, targets)."
+        )
+    changed = {}
+    for key, tensor in tensors:
+        if tensor.shape[1] <= curr_seq_len:
+            continue
+        if truncate:
+            changed[key] = tensor[:, :curr_seq_len]
+        else:
+            flat = tensor.reshape(tensor.shape[0] * tensor.shape[1], *tensor.shape[2:])
+            keep = (flat.shape[0] // curr_seq_len) * curr_seq_len
+            changed[key] = flat[:keep].reshape(-1, curr_seq_len, *tensor.shape[2:])
+    if isinstance(batch, Mapping):
+        return type(batch)({**batch, **changed}) if changed else batch
+    items = [changed.get(i, v) for i, v in enumerate(batch)]
+    return type(batch)(*items) if hasattr(batch, "_fields") else type(batch)(items)
+
+
+class SeqLengthWarmup(Algorithm):
+    """Grow the training sequence length from ``min_seq_length`` to ``max_seq_length`` over ``duration``.
+
+    At ``AFTER_DATALOADER`` the batch's sequences are cut to the current length, which grows in
+    steps of ``step_size`` tokens, linearly over the first ``duration`` of training (Composer's
+    defaults: 30 % of the run, from 8 to 1024 tokens). Works with any module (no loss events).
+
+    Args:
+        duration: the part of the run spent warming up: a fraction or a Time string (``"0.3dur"``, ``"500ba"``).
+        min_seq_length: the first sequence length, ``>= 1``.
+        max_seq_length: the final sequence length (longer batches are cut to it after the warmup).
+        step_size: the length grows in multiples of this many tokens.
+        truncate: drop sequence tails (``True``) or re-cut all tokens into shorter rows (``False``).
+
+    Example:
+        >>> SeqLengthWarmup(duration=0.5, min_seq_length=4, max_seq_length=64, step_size=4)
+        SeqLengthWarmup(duration=0.5, min_seq_length=4, max_seq_length=64, step_size=4, truncate=True)
+    """
+
+    unique = True
+
+    def __init__(
+        self,
+        duration: float | str = 0.3,
+        min_seq_length: int = 8,
+        max_seq_length: int = 1024,
+        step_size: int = 8,
+        truncate: bool = True,
+    ) -> None:
+        self._duration = _parse_duration(duration)
+        for name, value in (("min_seq_length", min_seq_length), ("max_seq_length", max_seq_length),
+                            ("step_size", step_size)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"SeqLengthWarmup({name}={value!r}): {name} must be an int >= 1.")
+        if max_seq_length < min_seq_length:
+            raise ValueError(
+                f"SeqLengthWarmup(min_seq_length={min_seq_length}, max_seq_length={max_seq_length}): "
+                "max_seq_length must be at least min_seq_length."
+            )
+        if not isinstance(truncate, bool):
+            raise TypeError(f"SeqLengthWarmup(truncate={truncate!r}): truncate must be True or False.")
+        self.duration = duration
+        self.min_seq_length = min_seq_length
+        self.max_seq_length = max_seq_length
+        self.step_size = step_size
+        self.truncate = truncate
+
+    def current_length(self, state: State) -> int:
+        """The sequence length for the current step."""
+        warmup_steps = self._warmup_steps(state)
+        step = int(state.timestamp.batch.value)
+        if warmup_steps <= 0 or step >= warmup_steps:
+            return self.max_seq_length
+        increments = (self.max_seq_length - self.min_seq_length) // self.step_size + 1
+        every = max(1, warmup_steps // increments)
+        return max(self.min_seq_length, min(self.max_seq_length, self.min_seq_length + self.step_size * (step // every)))
+
+    def _warmup_steps(self, state: State) -> int:
+        if self._duration.unit == TimeUnit.BATCH:
+            return int(self._duration.value)
+        if self._duration.unit == TimeUnit.EPOCH:
+            if not state.dataloader_len:
+                raise ValueError("SeqLengthWarmup(duration in epochs) needs the number of steps per epoch.")
+            return int(self._duration.value) * state.dataloader_len
+        total = state.max_duration
+        if total is None:
+            raise ValueError(
+                "SeqLengthWarmup's duration is a fraction of the run, but the run has no max_duration: set the "
+                "Trainer's max_steps or max_epochs, or give duration in batches ('500ba')."
+            )
+        steps = float(total.value)
+        if total.unit == TimeUnit.EPOCH:
+            if not state.dataloader_len:
+                raise ValueError("SeqLengthWarmup needs the number of steps per epoch to schedule in fractions.")
+            steps *= state.dataloader_len
+        elif total.unit != TimeUnit.BATCH:
+            raise ValueError(f"SeqLengthWarmup cannot schedule against max_duration={total}; use max_steps or max_epochs.")
+        return int(steps * float(self._duration.value))
+
+    def match(self, event: Event, state: State) -> bool:
+        return event == Event.AFTER_DATALOADER
+
+    def apply(self, event: Event, state: State, logger: Logger) -> None:
+        length = self.current_length(state)
+        state.batch = set_batch_sequence_length(state.batch, length, self.truncate)
+        logger.log_metrics({"SeqLengthWarmup/current_seq_length": length})
+
+
+def _parse_duration(duration: object) -> Time:
+    if isinstance(duration, (int, float)) and not isinstance(duration, bool):
+        if not 0 <= duration <= 1:
+            raise ValueError(f"SeqLengthWarmup(duration={duration!r}): a fraction of the run must be in [0, 1].")
+        return Time(float(duration), TimeUnit.DURATION)
+    if isinstance(duration, str):
+        try:
+            time = Time.from_timestring(duration)
+        except ValueError as error:
+            raise ValueError(f"SeqLengthWarmup(duration={duration!r}): {error}") from None
+        if time.unit not in (TimeUnit.DURATION, TimeUnit.BATCH, TimeUnit.EPOCH):
+            raise ValueError(f"SeqLengthWarmup(duration={duration!r}): give it in 'dur', 'ba' or 'ep'.")
+        if time.unit == TimeUnit.DURATION and not 0 <= float(time.value) <= 1:
+            raise ValueError(f"SeqLengthWarmup(duration={duration!r}): a fraction of the run must be in [0, 1].")
+        return time
+    raise TypeError(f"SeqLengthWarmup(duration={duration!r}): give a fraction (0.3) or a Time string ('0.3dur', '500ba').")
