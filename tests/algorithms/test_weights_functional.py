@@ -159,3 +159,17 @@ def test_ema_on_a_short_digits_run_evaluates_no_worse_than_the_raw_weights() -> 
         trainer.fit(model, train)
         results[use_ema] = trainer.validate(model, test, verbose=False)[0]["val/acc"]
     assert results[True] >= results[False] - 0.02, results
+
+
+def test_ema_equals_lightnings_ema_weight_averaging_with_the_same_decay_and_interval() -> None:
+    from lightning.pytorch.callbacks import EMAWeightAveraging
+
+    ema = EMA(smoothing=0.9, update_interval="1ba")
+    ours = tiny_classifier()
+    quiet_trainer(max_steps=5, callbacks=[AlgorithmEngineCallback([ema])]).fit(ours, image_loader(n=96))
+    theirs = tiny_classifier()
+    quiet_trainer(max_steps=5, callbacks=[EMAWeightAveraging(decay=0.9, update_every_n_steps=1)]).fit(
+        theirs, image_loader(n=96))
+    averaged = ema.ema_weights
+    for name, param in theirs.named_parameters():  # Lightning leaves the average in the model at the end
+        torch.testing.assert_close(averaged[name], param.detach(), rtol=1e-5, atol=1e-6, msg=name)
