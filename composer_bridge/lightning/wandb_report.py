@@ -198,6 +198,18 @@ def log_wandb_report(
 ) -> None:
     """Log the summary table, the timeline image and the cost totals to every W&B run (call on rank zero)."""
     loggers = wandb_loggers(trainer)
+    try:
+        _log_report(loggers, store, cost, step, failed)
+    finally:
+        if failed:
+            # Lightning does not finish a W&B run that failed; finishing it here writes everything
+            # logged up to the failure to disk (and syncs it, online) with a failing exit code.
+            for logger in loggers:
+                if getattr(logger, "_experiment", None) is not None:
+                    logger.experiment.finish(exit_code=1)
+
+
+def _log_report(loggers: list[Any], store: Any, cost: Mapping[str, Sequence[float]], step: int, failed: bool) -> None:
     if not loggers or not (store.stats or cost):
         return
     import wandb
@@ -223,3 +235,4 @@ def log_wandb_report(
                 summary["algorithm_report/failed_at_step"] = step
             if summary:
                 run.summary.update(summary)
+
