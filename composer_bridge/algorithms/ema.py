@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from composer_bridge.algorithms.time_hparams import parse_time_hparam
 from composer_bridge.core.algorithm import Algorithm
 from composer_bridge.core.event import Event
 from composer_bridge.core.logger import Logger
@@ -82,19 +83,6 @@ def compute_ema(
                 average.copy_(average * smoothing + current * (1.0 - smoothing))
             else:
                 average.copy_(current)
-
-
-def _parse_time(value: object, name: str, units: tuple[TimeUnit, ...]) -> Time:
-    try:
-        parsed = Time.from_input(value, None) if isinstance(value, (str, Time)) else None  # type: ignore[arg-type]
-    except ValueError as error:
-        raise ValueError(f"EMA({name}={value!r}): {error}") from None
-    if parsed is None or parsed.unit not in units:
-        allowed = ", ".join(f"'{u.value}'" for u in units)
-        raise ValueError(f"EMA({name}={value!r}): must be a time string in {allowed}, e.g. '100ba' or '0.05dur'.")
-    if parsed.value < 0 or (parsed.unit == TimeUnit.DURATION and parsed.value > 1):
-        raise ValueError(f"EMA({name}={value!r}): must be >= 0 (and at most '1dur' for fractions of the run).")
-    return parsed
 
 
 def _run_length(state: State, unit: TimeUnit) -> float | None:
@@ -190,17 +178,17 @@ class EMA(Algorithm):
         self.ema_start = ema_start
         self.update_interval = update_interval
 
-        self._start = _parse_time(ema_start, "ema_start", (TimeUnit.BATCH, TimeUnit.EPOCH, TimeUnit.DURATION))
+        self._start = parse_time_hparam("EMA", "ema_start", ema_start, (TimeUnit.BATCH, TimeUnit.EPOCH, TimeUnit.DURATION))
         self._half_life: Time | None = None
         if smoothing is None and half_life != "auto":
-            self._half_life = _parse_time(half_life, "half_life", (TimeUnit.BATCH, TimeUnit.EPOCH, TimeUnit.DURATION))
+            self._half_life = parse_time_hparam("EMA", "half_life", half_life, (TimeUnit.BATCH, TimeUnit.EPOCH, TimeUnit.DURATION))
             if self._half_life.value == 0:
                 raise ValueError(f"EMA(half_life={half_life!r}): must be > 0; for no averaging, do not use EMA.")
         if update_interval is None:
             default_unit = self._half_life.unit if self._half_life is not None else TimeUnit.BATCH
             self._interval = Time(1, TimeUnit.BATCH if default_unit == TimeUnit.DURATION else default_unit)
         else:
-            self._interval = _parse_time(update_interval, "update_interval", (TimeUnit.BATCH, TimeUnit.EPOCH))
+            self._interval = parse_time_hparam("EMA", "update_interval", update_interval, (TimeUnit.BATCH, TimeUnit.EPOCH))
             if self._interval.value < 1:
                 raise ValueError(f"EMA(update_interval={update_interval!r}): must be at least 1 {self._interval.unit.value}.")
         if self._half_life is not None and self._half_life.unit not in (self._interval.unit, TimeUnit.DURATION):

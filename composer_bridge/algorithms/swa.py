@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from composer_bridge.algorithms.time_hparams import parse_time_hparam
 from composer_bridge.core.algorithm import Algorithm
 from composer_bridge.core.event import Event
 from composer_bridge.core.logger import Logger
@@ -23,21 +24,6 @@ from composer_bridge.core.time import Time, TimeUnit
 __all__ = ["SWA"]
 
 _ANNEAL = {"linear": "linear", "lin": "linear", "cos": "cos", "cosine": "cos"}
-
-
-def _parse(value: object, name: str, units: tuple[TimeUnit, ...]) -> Time:
-    parsed: Time | None = None
-    if isinstance(value, (str, Time)):
-        try:
-            parsed = Time.from_input(value, None)  # type: ignore[arg-type]
-        except ValueError as error:
-            raise ValueError(f"SWA({name}={value!r}): {error}") from None
-    if parsed is None or parsed.unit not in units:
-        allowed = ", ".join(f"'{u.value}'" for u in units)
-        raise ValueError(f"SWA({name}={value!r}): must be a time string in {allowed}.")
-    if parsed.value < 0 or (parsed.unit == TimeUnit.DURATION and parsed.value > 1):
-        raise ValueError(f"SWA({name}={value!r}): must be >= 0, and fractions of the run must lie in [0, 1].")
-    return parsed
 
 
 def anneal_factor(progress: float, strategy: str) -> float:
@@ -92,9 +78,9 @@ class SWA(Algorithm):
         swa_lr: float | None = None,
     ) -> None:
         units = (TimeUnit.DURATION, TimeUnit.EPOCH, TimeUnit.BATCH)
-        self._start = _parse(swa_start, "swa_start", units)
-        self._end = _parse(swa_end, "swa_end", units)
-        self._interval = _parse(update_interval, "update_interval", (TimeUnit.BATCH, TimeUnit.EPOCH))
+        self._start = parse_time_hparam("SWA", "swa_start", swa_start, units)
+        self._end = parse_time_hparam("SWA", "swa_end", swa_end, units)
+        self._interval = parse_time_hparam("SWA", "update_interval", update_interval, (TimeUnit.BATCH, TimeUnit.EPOCH))
         if self._start.unit != self._end.unit:
             raise ValueError(
                 f"SWA(swa_start={swa_start!r}, swa_end={swa_end!r}): give both in the same unit, e.g. '0.7dur' and '0.97dur'."
