@@ -73,6 +73,22 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def assert_same_state(a: Any, b: Any, where: str = "state") -> None:
+    """Nested dicts/lists/tuples of tensors and plain values are exactly equal (names the first difference)."""
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and torch.equal(a, b), f"{where} differs"
+    elif isinstance(a, dict):
+        assert isinstance(b, dict) and a.keys() == b.keys(), f"{where}: keys differ"
+        for key in a:
+            assert_same_state(a[key], b[key], f"{where}.{key}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), f"{where}: lengths differ"
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_same_state(x, y, f"{where}[{i}]")
+    else:
+        assert a == b, f"{where}: {a!r} != {b!r}"
+
+
 def run_ddp_script(body: str, tmp_path: Path, timeout: float = 240) -> subprocess.CompletedProcess:
     """Run ``body`` (a Python script using ``strategy='ddp', devices=2, accelerator='cpu'``) in a subprocess.
 

@@ -8,7 +8,14 @@ from typing import Any
 import lightning as L
 import pytest
 import torch
-from support import assert_same_weights, image_loader, quiet_trainer, tiny_classifier, weights_of
+from support import (
+    assert_same_state,
+    assert_same_weights,
+    image_loader,
+    quiet_trainer,
+    tiny_classifier,
+    weights_of,
+)
 
 from composer_bridge import AlgorithmEngineCallback
 from composer_bridge.algorithms.ema import EMA
@@ -25,31 +32,6 @@ CASES = {
     "GradientClipping-adaptive": lambda: GradientClipping("adaptive", 0.05),
     "LayerFreezing": lambda: LayerFreezing(freeze_start=0.2, freeze_level=0.6),
 }
-
-
-def _tensors(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.detach().clone()
-    if isinstance(value, dict):
-        return {k: _tensors(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_tensors(v) for v in value)
-    return value
-
-
-def _assert_equal(a: Any, b: Any, where: str = "state") -> None:
-    if isinstance(a, torch.Tensor):
-        assert isinstance(b, torch.Tensor) and torch.equal(a, b), where
-    elif isinstance(a, dict):
-        assert a.keys() == b.keys(), where
-        for k in a:
-            _assert_equal(a[k], b[k], f"{where}.{k}")
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b), where
-        for i, (x, y) in enumerate(zip(a, b, strict=False)):
-            _assert_equal(x, y, f"{where}[{i}]")
-    else:
-        assert a == b, where
 
 
 def run(factory: Any, ckpt: Path | None = None, save_dir: Path | None = None):
@@ -73,5 +55,5 @@ def test_resumed_run_matches_the_uninterrupted_run_exactly(name: str, tmp_path: 
     torch.load(first_epoch, weights_only=True)  # the bridge's state is plain data
     model, cb, t = run(factory, ckpt=first_epoch)
     assert_same_weights(weights_of(full_model), weights_of(model))
-    _assert_equal(_tensors(full_cb.algorithms[0].state_dict()), _tensors(cb.algorithms[0].state_dict()))
-    _assert_equal(_tensors(full_t.optimizers[0].state_dict()), _tensors(t.optimizers[0].state_dict()), "optimizer")
+    assert_same_state(full_cb.algorithms[0].state_dict(), cb.algorithms[0].state_dict())
+    assert_same_state(full_t.optimizers[0].state_dict(), t.optimizers[0].state_dict(), "optimizer")

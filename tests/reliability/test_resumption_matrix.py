@@ -14,7 +14,7 @@ import lightning as L
 import pytest
 import torch
 import torch.nn.functional as F
-from support import image_loader, quiet_trainer, tiny_classifier, weights_of
+from support import assert_same_state, image_loader, quiet_trainer, tiny_classifier, weights_of
 from torch.utils.data import DataLoader, TensorDataset
 
 import composer_bridge.algorithms as library
@@ -70,21 +70,6 @@ def case(name: str) -> tuple[Any, tuple[Any, Any]]:
     return getattr(library, name), VISION
 
 
-def _same(a: Any, b: Any, where: str) -> None:
-    if isinstance(a, torch.Tensor):
-        assert isinstance(b, torch.Tensor) and torch.equal(a, b), where
-    elif isinstance(a, dict):
-        assert a.keys() == b.keys(), where
-        for key in a:
-            _same(a[key], b[key], f"{where}.{key}")
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b), where
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            _same(x, y, f"{where}[{i}]")
-    else:
-        assert a == b, where
-
-
 def train(algorithms: list[Any], model_factory: Any, loader_factory: Any, save_dir: Path | None = None,
           ckpt: Path | None = None, accumulate: int = 1):
     model = model_factory()
@@ -108,9 +93,9 @@ def assert_resumes_exactly(make_algorithms: Any, models: tuple[Any, Any], tmp_pa
     assert a.keys() == b.keys()
     for key in a:
         assert torch.equal(a[key], b[key]), f"weights differ at {key}"
-    _same(full_trainer.optimizers[0].state_dict(), trainer.optimizers[0].state_dict(), "optimizer")
+    assert_same_state(full_trainer.optimizers[0].state_dict(), trainer.optimizers[0].state_dict(), "optimizer")
     for x, y in zip(full_cb.algorithms, callback.algorithms, strict=True):
-        _same(x.state_dict(), y.state_dict(), type(x).__name__)
+        assert_same_state(x.state_dict(), y.state_dict(), type(x).__name__)
 
 
 @pytest.mark.parametrize("name", library.__all__)
