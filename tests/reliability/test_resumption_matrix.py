@@ -128,3 +128,51 @@ def test_recipes_resume_exactly(tmp_path: Path) -> None:
         # The digits-scale settings the examples use, so every algorithm acts within 9 steps.
         assert_resumes_exactly(lambda r=recipe: recipes.vision(r, missing="drop"), VISION, tmp_path / recipe)
         assert algorithms
+
+
+class ResumableLoader:
+    """A map-style loader over fixed batches that Lightning 2.6 can checkpoint mid-epoch (state_dict/load_state_dict)."""
+
+    def __init__(self, dataset: TensorDataset, batch_size: int) -> None:
+        x, y = dataset.tensors
+        self.batches = [(x[i : i + batch_size], y[i : i + batch_size]) for i in range(0, len(x), batch_size)]
+        self.position = 0
+        self._resume_at = 0
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        start, self._resume_at = self._resume_at, 0
+        for index in range(start, len(self.batches)):
+            self.position = index + 1
+            yield self.batches[index]
+
+    def state_dict(self) -> dict[str, int]:
+        return {"position": self.position}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self._resume_at = int(state["position"]) % len(self.batches)
+
+
+@pytest.mark.parametrize("name", ["LabelSmoothing", "MixUp", "EMA", "LayerFreezing", "ProgressiveResizing"])
+def test_resumption_from_a_mid_epoch_checkpoint_is_exact_with_a_resumable_loader(name: str, tmp_path: Path) -> None:
+    factory, _ = case(name)
+    data = image_loader(n=48, batch_size=16).dataset
+
+    def fit(ckpt: Path | None, save: bool) -> tuple[Any, Any]:
+        model = tiny_classifier()
+        callback = AlgorithmEngineCallback([factory()], seed=11)
+        extra = [L.pytorch.callbacks.ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=4, save_top_k=-1)] if save else []
+        trainer = quiet_trainer(max_epochs=3, callbacks=[callback, *extra], enable_checkpointing=save)
+        trainer.fit(model, ResumableLoader(data, 16), ckpt_path=ckpt)
+        return model, callback
+
+    full_model, full_cb = fit(None, save=True)
+    mid = tmp_path / "epoch=1-step=4.ckpt"
+    assert mid.exists(), sorted(p.name for p in tmp_path.iterdir())
+    model, callback = fit(mid, save=False)
+    a, b = weights_of(full_model), weights_of(model)
+    for key in a:
+        assert torch.equal(a[key], b[key]), f"weights differ at {key}"
+    assert_same_state(full_cb.algorithms[0].state_dict(), callback.algorithms[0].state_dict(), name)
