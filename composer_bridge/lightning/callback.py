@@ -122,6 +122,7 @@ class AlgorithmEngineCallback(L.Callback):
         self.engine: Engine | None = None
         self._trainer: L.Trainer | None = None
         self._patches: ModulePatches | None = None
+        self._data_patches: ModulePatches | None = None
         self._initialized: weakref.ref[torch.nn.Module] | None = None
         self._in_step = False
         self._stepped = False
@@ -214,8 +215,13 @@ class AlgorithmEngineCallback(L.Callback):
         if self._patches is not None:
             self._patches.remove()
         patches = self._patches = ModulePatches(pl_module)
-        before_transfer = patches.original("on_before_batch_transfer")
-        after_transfer = patches.original("on_after_batch_transfer")
+        # With a LightningDataModule, Lightning runs the batch-transfer hooks of the DataModule when it
+        # overrides them (and warns when only the module does): the data events go on the DataModule then.
+        datamodule = trainer.datamodule
+        data_patches = patches if datamodule is None else ModulePatches(datamodule)  # type: ignore[arg-type]
+        self._data_patches = data_patches
+        before_transfer = data_patches.original("on_before_batch_transfer")
+        after_transfer = data_patches.original("on_after_batch_transfer")
         backward = patches.original("backward")
         on_load = patches.original("on_load_checkpoint")
 
@@ -240,8 +246,8 @@ class AlgorithmEngineCallback(L.Callback):
             self._check_checkpoint_fits(checkpoint)
             return on_load(checkpoint)
 
-        patches.set("on_before_batch_transfer", on_before_batch_transfer)
-        patches.set("on_after_batch_transfer", on_after_batch_transfer)
+        data_patches.set("on_before_batch_transfer", on_before_batch_transfer)
+        data_patches.set("on_after_batch_transfer", on_after_batch_transfer)
         patches.set("backward", backward_hook)
         patches.set("on_load_checkpoint", on_load_checkpoint)
         if not isinstance(pl_module, ComposerModule):
@@ -499,6 +505,9 @@ class AlgorithmEngineCallback(L.Callback):
         self._reporting.close()
         if self.engine is not None:
             self.engine.close()
+        if self._data_patches is not None:
+            self._data_patches.remove()
+            self._data_patches = None
         if self._patches is not None:
             detach_bridge(self._patches.module)
             self._patches.remove()

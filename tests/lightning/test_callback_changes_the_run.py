@@ -288,3 +288,31 @@ def test_explicit_find_unused_parameters_false_is_respected_with_a_warning(monke
     if torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
     assert strategy._ddp_kwargs["find_unused_parameters"] is False
+
+
+@pytest.mark.parametrize("datamodule_overrides_transfer", [False, True])
+def test_data_events_fire_with_a_datamodule_whether_or_not_it_has_transfer_hooks(
+    datamodule_overrides_transfer: bool,
+) -> None:
+    import warnings
+
+    seen: list[str] = []
+
+    class Data(L.LightningDataModule):
+        def train_dataloader(self) -> Any:
+            return image_loader()
+
+    class DataWithHook(Data):
+        def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+            seen.append("datamodule hook")
+            return batch
+
+    algorithm = At(Event.AFTER_DATALOADER, lambda s: seen.append("AFTER_DATALOADER"))
+    datamodule = DataWithHook() if datamodule_overrides_transfer else Data()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        warnings.filterwarnings("ignore", message=".*(num_workers|LeafSpec|val_dataloader|logging interval).*")
+        quiet_trainer(max_steps=2, callbacks=[AlgorithmEngineCallback([algorithm])]).fit(tiny_classifier(), datamodule)
+    expected = ["datamodule hook", "AFTER_DATALOADER"] if datamodule_overrides_transfer else ["AFTER_DATALOADER"]
+    assert seen == expected * 2
+    assert "on_after_batch_transfer" not in datamodule.__dict__, "the DataModule is left as it was"
