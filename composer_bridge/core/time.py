@@ -462,13 +462,14 @@ def _count(name: str, value: Time | int) -> Time[int]:
     return Time(value, unit)
 
 
-def _wall_clock(name: str, value: datetime.timedelta | float | None) -> datetime.timedelta:
+def _wall_clock(name: str, value: datetime.timedelta | float | None) -> float:
+    """Seconds as a float: clocks are kept as floats (cheap to add every step), shown as timedeltas."""
     if value is None:
-        return _ZERO
+        return 0.0
     if isinstance(value, datetime.timedelta):
-        return value
+        return value.total_seconds()
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return datetime.timedelta(seconds=value)
+        return float(value)
     raise TypeError(f"Timestamp {name} must be a datetime.timedelta or seconds, got {value!r}.")
 
 
@@ -508,7 +509,7 @@ class Timestamp:
 
     def _set(self, fields: dict[str, Any]) -> None:
         # Validate everything before assigning anything, so a bad value leaves the Timestamp unchanged.
-        counts = {name: _count(name, fields[name]) for name in _COUNTS}
+        counts = {name: _count(name, fields[name])._value for name in _COUNTS}
         clocks = {name: _wall_clock(name, fields[name]) for name in _WALL_CLOCKS}
         self._counts = counts
         self._clocks = clocks
@@ -520,68 +521,68 @@ class Timestamp:
     @property
     def iteration(self) -> Time[int]:
         """Iterations completed (an iteration is a pass over several epochs, e.g. a curriculum stage)."""
-        return self._counts["iteration"]
+        return _trusted_time(self._counts["iteration"], _COUNTS["iteration"])
 
     @property
     def epoch(self) -> Time[int]:
         """Epochs completed."""
-        return self._counts["epoch"]
+        return _trusted_time(self._counts["epoch"], _COUNTS["epoch"])
 
     @property
     def batch(self) -> Time[int]:
         """Batches (optimizer steps) completed."""
-        return self._counts["batch"]
+        return _trusted_time(self._counts["batch"], _COUNTS["batch"])
 
     @property
     def sample(self) -> Time[int]:
         """Samples trained on."""
-        return self._counts["sample"]
+        return _trusted_time(self._counts["sample"], _COUNTS["sample"])
 
     @property
     def token(self) -> Time[int]:
         """Tokens trained on."""
-        return self._counts["token"]
+        return _trusted_time(self._counts["token"], _COUNTS["token"])
 
     @property
     def epoch_in_iteration(self) -> Time[int]:
         """Epochs completed in the current iteration."""
-        return self._counts["epoch_in_iteration"]
+        return _trusted_time(self._counts["epoch_in_iteration"], _COUNTS["epoch_in_iteration"])
 
     @property
     def batch_in_epoch(self) -> Time[int]:
         """Batches completed in the current epoch."""
-        return self._counts["batch_in_epoch"]
+        return _trusted_time(self._counts["batch_in_epoch"], _COUNTS["batch_in_epoch"])
 
     @property
     def sample_in_epoch(self) -> Time[int]:
         """Samples trained on in the current epoch."""
-        return self._counts["sample_in_epoch"]
+        return _trusted_time(self._counts["sample_in_epoch"], _COUNTS["sample_in_epoch"])
 
     @property
     def token_in_epoch(self) -> Time[int]:
         """Tokens trained on in the current epoch."""
-        return self._counts["token_in_epoch"]
+        return _trusted_time(self._counts["token_in_epoch"], _COUNTS["token_in_epoch"])
 
     # --- wall clock -----------------------------------------------------------------------------
     @property
     def total_wct(self) -> datetime.timedelta:
         """Wall-clock time spent training, in all."""
-        return self._clocks["total_wct"]
+        return datetime.timedelta(seconds=self._clocks["total_wct"])
 
     @property
     def iteration_wct(self) -> datetime.timedelta:
         """Wall-clock time spent in the current iteration."""
-        return self._clocks["iteration_wct"]
+        return datetime.timedelta(seconds=self._clocks["iteration_wct"])
 
     @property
     def epoch_wct(self) -> datetime.timedelta:
         """Wall-clock time spent in the current epoch."""
-        return self._clocks["epoch_wct"]
+        return datetime.timedelta(seconds=self._clocks["epoch_wct"])
 
     @property
     def batch_wct(self) -> datetime.timedelta:
         """Wall-clock time of the last batch."""
-        return self._clocks["batch_wct"]
+        return datetime.timedelta(seconds=self._clocks["batch_wct"])
 
     def get(self, unit: TimeUnit | str) -> Time:
         """The total count in ``unit`` (``ep``, ``iter``, ``ba``, ``sp``, ``tok``), or ``total_wct`` for ``sec``.
@@ -627,15 +628,18 @@ class Timestamp:
         """The Timestamp after one more batch of ``samples`` samples and ``tokens`` tokens lasting ``duration``."""
         n_samples = samples if type(samples) is int and samples >= 0 else _count("sample", samples)._value
         n_tokens = tokens if type(tokens) is int and tokens >= 0 else _count("token", tokens)._value
-        wct = _wall_clock("duration", duration)
+        wct = duration if type(duration) is float else _wall_clock("duration", duration)
         # Runs once per optimizer step: the inputs are validated above, so build the new counts
         # directly rather than through copy()'s full validation.
-        add = {"batch": 1, "batch_in_epoch": 1, "sample": n_samples, "sample_in_epoch": n_samples,
-               "token": n_tokens, "token_in_epoch": n_tokens}
-        counts = dict(self._counts)
-        for name, delta in add.items():
-            if delta:
-                counts[name] = _trusted_time(counts[name]._value + delta, _COUNTS[name])
+        counts = self._counts.copy()
+        counts["batch"] += 1
+        counts["batch_in_epoch"] += 1
+        if n_samples:
+            counts["sample"] += n_samples
+            counts["sample_in_epoch"] += n_samples
+        if n_tokens:
+            counts["token"] += n_tokens
+            counts["token_in_epoch"] += n_tokens
         clocks = self._clocks
         new = Timestamp.__new__(Timestamp)
         new._counts = counts
@@ -673,8 +677,8 @@ class Timestamp:
     # --- persistence ----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, int | float]:
         """Plain data (ints, and floats for seconds) that survives ``torch.load(weights_only=True)``."""
-        state: dict[str, int | float] = {name: int(count.value) for name, count in self._counts.items()}
-        state.update({name: clock.total_seconds() for name, clock in self._clocks.items()})
+        state: dict[str, int | float] = dict(self._counts)
+        state.update(self._clocks)
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -699,6 +703,8 @@ class Timestamp:
         return hash(tuple(self._fields().values()))
 
     def __repr__(self) -> str:
-        counts = ", ".join(f"{name}={int(count.value)}" for name, count in self._counts.items())
-        clocks = ", ".join(f"{name}={clock!r}" for name, clock in self._clocks.items() if clock != _ZERO)
+        counts = ", ".join(f"{name}={count}" for name, count in self._counts.items())
+        clocks = ", ".join(
+            f"{name}={datetime.timedelta(seconds=clock)!r}" for name, clock in self._clocks.items() if clock
+        )
         return f"Timestamp({counts}{', ' + clocks if clocks else ''})"
