@@ -181,6 +181,8 @@ class Engine:
         if type(event) is not Event:
             event = Event(event)
         state = self.state
+        if not (state.algorithms or state.callbacks or self.markers or self._handlers):
+            return {}  # nothing listens (a bridge without algorithms): skip the bookkeeping below
         for marker in self.markers:
             marker(event, state)
         traces: Traces = {}
@@ -225,6 +227,14 @@ class Engine:
                 if event_filter is None or event_filter(state):
                     handler(state, event, *args, **kwargs)
         return traces
+
+    def has_listeners(self) -> bool:
+        """Whether :meth:`run_event` could do anything: an algorithm, engine callback, marker or handler exists.
+
+        The Lightning bridge reads this between steps to skip its per-step events while nothing listens.
+        """
+        state = self.state
+        return bool(state.algorithms or state.callbacks or self.markers or any(self._handlers.values()))
 
     def run_marker_only_event(self, event: Event | str) -> None:
         """Run only the markers (profilers) for ``event``: no algorithm, callback or handler.

@@ -22,12 +22,11 @@ import time
 import warnings
 import weakref
 from collections.abc import Sequence
-from datetime import timedelta
 from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.trainer.states import TrainerFn
+from lightning.pytorch.trainer.states import RunningStage, TrainerFn
 from lightning.pytorch.utilities.model_helpers import is_overridden
 
 from composer_bridge.core.algorithm import Algorithm, check_algorithms
@@ -124,6 +123,9 @@ class AlgorithmEngineCallback(L.Callback):
         self._patches: ModulePatches | None = None
         self._data_patches: ModulePatches | None = None
         self._initialized: weakref.ref[torch.nn.Module] | None = None
+        # Whether anything listens to the per-step events (Engine.has_listeners), read between steps;
+        # the module's event hooks are installed the first time something does.
+        self._listening = False
         self._in_step = False
         self._stepped = False
         self._micro = 0
@@ -131,6 +133,8 @@ class AlgorithmEngineCallback(L.Callback):
         self._epoch_started_at = 0.0
         self._batch_started_at = 0.0
         self._fit_started_at = 0.0
+        # The hooks call the engine directly (set in setup); before setup this raises a clear error.
+        self._run: Any = self.run_event
 
     # ------------------------------------------------------------------------------------------
     # engine plumbing
@@ -170,6 +174,7 @@ class AlgorithmEngineCallback(L.Callback):
         self.logger.step = int(state.timestamp.batch.value)
         if self.engine is None or self.engine.closed:
             self.engine = self._new_engine()
+        self._run = self.engine.run_event
         self._check_module(pl_module)
         if stage == TrainerFn.FITTING.value or stage == "fit":
             self._configure_ddp(trainer)
@@ -177,7 +182,7 @@ class AlgorithmEngineCallback(L.Callback):
         attach_bridge(pl_module, self)
         initialized = self._initialized() if self._initialized is not None else None
         if initialized is not pl_module:
-            self.run_event(Event.INIT)
+            self._run(Event.INIT)
             self._initialized = weakref.ref(pl_module)
 
     def _check_module(self, pl_module: L.LightningModule) -> None:
@@ -211,10 +216,35 @@ class AlgorithmEngineCallback(L.Callback):
 
     def _install_patches(self, pl_module: L.LightningModule, trainer: L.Trainer) -> None:
         if self._patches is not None and self._patches.module is pl_module:
+            self._refresh_listening()
             return
-        if self._patches is not None:
-            self._patches.remove()
+        self._remove_patches()
         patches = self._patches = ModulePatches(pl_module)
+        on_load = patches.original("on_load_checkpoint")
+
+        def on_load_checkpoint(checkpoint: dict[str, Any]) -> None:
+            self._run(Event.BEFORE_LOAD)
+            self._check_checkpoint_fits(checkpoint)
+            return on_load(checkpoint)
+
+        patches.set("on_load_checkpoint", on_load_checkpoint)
+        self._refresh_listening()
+
+    def _refresh_listening(self) -> None:
+        """Read whether anything listens; the first time something does, install the module's event hooks.
+
+        Called at setup, between steps and at the start of evaluation. While no algorithm, engine
+        callback or handler exists, the bridge fires no per-step event and hooks nothing into the
+        module, so an empty bridge costs only its step bookkeeping. A handler added during a step
+        hears the per-step events from the next step on.
+        """
+        listening = self.engine is not None and self.engine.has_listeners()
+        if listening and self._data_patches is None and self._patches is not None and self._trainer is not None:
+            self._install_event_patches(self._patches, self._trainer)
+        self._listening = listening
+
+    def _install_event_patches(self, patches: ModulePatches, trainer: L.Trainer) -> None:
+        pl_module = patches.module
         # With a LightningDataModule, Lightning runs the batch-transfer hooks of the DataModule when it
         # overrides them (and warns when only the module does): the data events go on the DataModule then.
         datamodule = trainer.datamodule
@@ -223,16 +253,15 @@ class AlgorithmEngineCallback(L.Callback):
         before_transfer = data_patches.original("on_before_batch_transfer")
         after_transfer = data_patches.original("on_after_batch_transfer")
         backward = patches.original("backward")
-        on_load = patches.original("on_load_checkpoint")
 
         def on_before_batch_transfer(batch: Any, dataloader_idx: int) -> Any:
-            if trainer.training:
-                self.run_event(Event.BEFORE_DATALOADER)
+            if self._listening and _training(trainer):
+                self._run(Event.BEFORE_DATALOADER)
             return before_transfer(batch, dataloader_idx)
 
         def on_after_batch_transfer(batch: Any, dataloader_idx: int) -> Any:
             batch = after_transfer(batch, dataloader_idx)
-            if not trainer.training:
+            if not _training(trainer):
                 return batch
             return self._after_dataloader(batch)
 
@@ -241,15 +270,9 @@ class AlgorithmEngineCallback(L.Callback):
                 kwargs.setdefault("create_graph", True)
             return backward(loss, *args, **kwargs)
 
-        def on_load_checkpoint(checkpoint: dict[str, Any]) -> None:
-            self.run_event(Event.BEFORE_LOAD)
-            self._check_checkpoint_fits(checkpoint)
-            return on_load(checkpoint)
-
         data_patches.set("on_before_batch_transfer", on_before_batch_transfer)
         data_patches.set("on_after_batch_transfer", on_after_batch_transfer)
         patches.set("backward", backward_hook)
-        patches.set("on_load_checkpoint", on_load_checkpoint)
         if not isinstance(pl_module, ComposerModule):
             self._patch_plain_steps(pl_module, patches)
 
@@ -265,7 +288,7 @@ class AlgorithmEngineCallback(L.Callback):
             state = self.state
             assert state is not None
             state.outputs, state.loss = output, loss
-            self.run_event(Event.BEFORE_BACKWARD)
+            self._run(Event.BEFORE_BACKWARD)
             if state.loss is loss:
                 return output
             if isinstance(output, dict):
@@ -287,9 +310,9 @@ class AlgorithmEngineCallback(L.Callback):
             state = self.state
             assert state is not None
             state.batch = batch
-            self.run_event(before)
+            self._run(before)
             state.outputs = step(state.batch, *args, **kwargs)
-            self.run_event(after)
+            self._run(after)
             return state.outputs
 
         return wrapped
@@ -324,9 +347,9 @@ class AlgorithmEngineCallback(L.Callback):
         state = self.state
         assert state is not None
         state.batch = batch
-        self.run_event(before)
+        self._run(before)
         state.outputs = module.eval_forward(state.batch)
-        self.run_event(after)
+        self._run(after)
         return state.outputs
 
     def _after_dataloader(self, batch: Any) -> Any:
@@ -335,7 +358,8 @@ class AlgorithmEngineCallback(L.Callback):
         state.microbatch_index = self._micro if self._in_step else 0
         state.batch = batch
         self._step_samples += _batch_size(batch) or 0
-        self.run_event(Event.AFTER_DATALOADER)
+        if self._listening:
+            self._run(Event.AFTER_DATALOADER)
         return state.batch
 
     # ------------------------------------------------------------------------------------------
@@ -349,8 +373,9 @@ class AlgorithmEngineCallback(L.Callback):
         state.device = pl_module.device
         self._fit_started_at = time.perf_counter()
         self.logger.step = int(state.timestamp.batch.value)  # after a checkpoint restored the timestamp
-        self.run_event(Event.FIT_START)
+        self._run(Event.FIT_START)
         self._reporting.fit_start(trainer, lambda: self.plan().text, self._run_config)
+        self._refresh_listening()
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         state = self.state
@@ -360,29 +385,34 @@ class AlgorithmEngineCallback(L.Callback):
         if isinstance(batches, int) or (isinstance(batches, float) and batches != float("inf")):
             state.dataloader_len = -(-int(batches) // max(1, trainer.accumulate_grad_batches))
         if state.timestamp.batch.value == 0 and state.timestamp.epoch.value == 0:
-            self.run_event(Event.ITERATION_START)
+            self._run(Event.ITERATION_START)
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._reset_step()
+        self._refresh_listening()
         self._epoch_started_at = time.perf_counter()
-        self.run_event(Event.EPOCH_START)
+        self._run(Event.EPOCH_START)
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int) -> None:
+        if self._data_patches is None:  # no data hooks installed: count the samples here
+            self._step_samples += _batch_size(batch) or 0
         if not self._in_step:
             self._in_step = True
             self._batch_started_at = time.perf_counter()
-            self.logger.step = int(self.state.timestamp.batch.value) if self.state else None
-            self.run_event(Event.BATCH_START)
-            self.run_event(Event.BEFORE_TRAIN_BATCH)
+            if self._listening:
+                self.logger.step = int(self.state.timestamp.batch.value) if self.state else None
+                self._run(Event.BATCH_START)
+                self._run(Event.BEFORE_TRAIN_BATCH)
 
     def on_after_backward(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if trainer.training:
-            self.run_event(Event.AFTER_BACKWARD)
+        if self._listening and _training(trainer):
+            self._run(Event.AFTER_BACKWARD)
 
     def on_before_optimizer_step(self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: Any) -> None:
         if not self._stepped:
             self._stepped = True
-            self.run_event(Event.AFTER_TRAIN_BATCH)
+            if self._listening:
+                self._run(Event.AFTER_TRAIN_BATCH)
 
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
@@ -392,15 +422,20 @@ class AlgorithmEngineCallback(L.Callback):
             return
         state = self.state
         assert state is not None
-        now = time.perf_counter()
-        state.timestamp = state.timestamp.to_next_batch(
-            samples=self._step_samples, duration=timedelta(seconds=now - self._batch_started_at)
+        timestamp = state.timestamp.to_next_batch(
+            samples=self._step_samples, duration=time.perf_counter() - self._batch_started_at
         )
-        self._reset_step()
-        self.logger.step = int(state.timestamp.batch.value)
-        self.run_event(Event.BATCH_END)
-        self.run_event(Event.BATCH_CHECKPOINT)
-        self._honour_stop(trainer)
+        state.timestamp = timestamp
+        # _reset_step(), inlined: this runs every optimizer step.
+        self._in_step = self._stepped = False
+        self._micro = self._step_samples = state.microbatch_index = 0
+        self.logger.step = timestamp.batch.value
+        if self._listening:
+            self._run(Event.BATCH_END)
+            self._run(Event.BATCH_CHECKPOINT)
+            if state.stop_requested:
+                trainer.should_stop = True
+        self._refresh_listening()
 
     def _reset_step(self) -> None:
         self._in_step = False
@@ -415,17 +450,17 @@ class AlgorithmEngineCallback(L.Callback):
         assert state is not None
         state.timestamp = state.timestamp.to_next_epoch()
         self._reset_step()
-        self.run_event(Event.EPOCH_END)
-        self.run_event(Event.EPOCH_CHECKPOINT)
+        self._run(Event.EPOCH_END)
+        self._run(Event.EPOCH_CHECKPOINT)
         self._honour_stop(trainer)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         state = self.state
         assert state is not None
         state.timestamp = state.timestamp.to_next_iteration()
-        self.run_event(Event.ITERATION_END)
-        self.run_event(Event.ITERATION_CHECKPOINT)
-        self.run_event(Event.FIT_END)
+        self._run(Event.ITERATION_END)
+        self._run(Event.ITERATION_CHECKPOINT)
+        self._run(Event.FIT_END)
         self._reporting.fit_end(trainer, self._current_step(), self.cost)
 
     def _honour_stop(self, trainer: L.Trainer) -> None:
@@ -438,25 +473,26 @@ class AlgorithmEngineCallback(L.Callback):
     def _eval_start(self, trainer: L.Trainer) -> None:
         state = self.state
         assert state is not None
+        self._refresh_listening()
         state.sanity_checking = bool(trainer.sanity_checking)
         state.eval_timestamp = Timestamp()
         standalone = trainer.state.fn in (TrainerFn.VALIDATING, TrainerFn.TESTING)
-        self.run_event(Event.EVAL_STANDALONE_START if standalone else Event.EVAL_BEFORE_ALL)
-        self.run_event(Event.EVAL_START)
+        self._run(Event.EVAL_STANDALONE_START if standalone else Event.EVAL_BEFORE_ALL)
+        self._run(Event.EVAL_START)
 
     def _eval_end(self, trainer: L.Trainer) -> None:
         state = self.state
         assert state is not None
         standalone = trainer.state.fn in (TrainerFn.VALIDATING, TrainerFn.TESTING)
-        self.run_event(Event.EVAL_END)
-        self.run_event(Event.EVAL_STANDALONE_END if standalone else Event.EVAL_AFTER_ALL)
+        self._run(Event.EVAL_END)
+        self._run(Event.EVAL_STANDALONE_END if standalone else Event.EVAL_AFTER_ALL)
         state.sanity_checking = False
 
     def _eval_batch_end(self) -> None:
         state = self.state
         assert state is not None
         state.eval_timestamp = state.eval_timestamp.to_next_batch()
-        self.run_event(Event.EVAL_BATCH_END)
+        self._run(Event.EVAL_BATCH_END)
 
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._eval_start(trainer)
@@ -465,7 +501,7 @@ class AlgorithmEngineCallback(L.Callback):
         self._eval_end(trainer)
 
     def on_validation_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
-        self.run_event(Event.EVAL_BATCH_START)
+        self._run(Event.EVAL_BATCH_START)
 
     def on_validation_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
         self._eval_batch_end()
@@ -477,26 +513,27 @@ class AlgorithmEngineCallback(L.Callback):
         self._eval_end(trainer)
 
     def on_test_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
-        self.run_event(Event.EVAL_BATCH_START)
+        self._run(Event.EVAL_BATCH_START)
 
     def on_test_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
         self._eval_batch_end()
 
     def on_predict_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         assert self.state is not None
+        self._refresh_listening()
         self.state.eval_timestamp = Timestamp()
-        self.run_event(Event.PREDICT_START)
+        self._run(Event.PREDICT_START)
 
     def on_predict_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
-        self.run_event(Event.PREDICT_BATCH_START)
+        self._run(Event.PREDICT_BATCH_START)
 
     def on_predict_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
         assert self.state is not None
         self.state.eval_timestamp = self.state.eval_timestamp.to_next_batch()
-        self.run_event(Event.PREDICT_BATCH_END)
+        self._run(Event.PREDICT_BATCH_END)
 
     def on_predict_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self.run_event(Event.PREDICT_END)
+        self._run(Event.PREDICT_END)
 
     # ------------------------------------------------------------------------------------------
     # shutdown
@@ -505,6 +542,9 @@ class AlgorithmEngineCallback(L.Callback):
         self._reporting.close()
         if self.engine is not None:
             self.engine.close()
+        self._remove_patches()
+
+    def _remove_patches(self) -> None:
         if self._data_patches is not None:
             self._data_patches.remove()
             self._data_patches = None
@@ -512,6 +552,7 @@ class AlgorithmEngineCallback(L.Callback):
             detach_bridge(self._patches.module)
             self._patches.remove()
             self._patches = None
+        self._listening = False
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         self._shutdown()
@@ -602,7 +643,7 @@ class AlgorithmEngineCallback(L.Callback):
             index = next((i for i, e in enumerate(callback_entries) if e.get("class") == type(callback).__name__), None)
             if index is not None:
                 callback.load_state_dict(dict(callback_entries.pop(index).get("state", {})))
-        self.run_event(Event.AFTER_LOAD)
+        self._run(Event.AFTER_LOAD)
 
     def _check_checkpoint_fits(self, checkpoint: dict[str, Any]) -> None:
         """Before the weights load: refuse (or repair) a checkpoint that needs surgery this run lacks."""
@@ -682,6 +723,11 @@ def _check_engine_callbacks(callbacks: Any) -> list[EngineCallback]:
                 f"callbacks[{i}] = {callback!r} ({type(callback).__name__}) is not a composer_bridge.Callback."
             )
     return list(items)
+
+
+def _training(trainer: L.Trainer) -> bool:
+    """``trainer.training``, read without the string comparison its property makes (a per-step hot path)."""
+    return trainer.state.stage is RunningStage.TRAINING
 
 
 def _default_seed() -> int:
