@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from composer_bridge.core.event import Event
 
-__all__ = ["Trace", "Traces", "trace_key"]
+__all__ = ["PlanTraces", "Trace", "Traces", "trace_key"]
 
 
 @dataclass(slots=True, frozen=True)
@@ -32,6 +32,14 @@ class Trace:
 
 #: What :meth:`Engine.run_event` returns: ``"<AlgorithmClass>/<EVENT_NAME>"`` → :class:`Trace`, in run order.
 Traces = dict[str, Trace]
+
+
+class PlanTraces(dict):  # type: ignore[type-arg]
+    """The traces of one cached plan when no ``apply`` returned an exit code.
+
+    The engine hands the same object to its logger each time that plan runs, so a destination
+    may cache work per plan (by identity); treat it as read-only.
+    """
 
 
 def trace_key(algorithm_name: str, event: Event) -> str:

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from composer_bridge.core.logger import LoggerDestination
-from composer_bridge.core.trace import Trace, Traces, trace_key
+from composer_bridge.core.trace import PlanTraces, Trace, Traces, trace_key
 
 __all__ = [
     "COUNT_PREFIX",
@@ -159,9 +159,29 @@ class Timeline:
         if step > self.last_step:
             self.last_step = step
 
+    def add_rows(self, rows: list[list[int]], step: int) -> None:
+        """Count one run at ``step`` in each of ``rows`` (lists from :meth:`row`: a cached event's keys)."""
+        step = int(step) if step > 0 else 0
+        while step >= self.max_columns * self.bin_size:
+            self._halve()
+        column = step // self.bin_size
+        for row in rows:
+            if len(row) <= column:
+                row.extend([0] * (column + 1 - len(row)))
+            row[column] += 1
+        if step > self.last_step:
+            self.last_step = step
+
+    def row(self, key: str) -> list[int]:
+        """The row of ``key`` (created empty): the same list for the life of the timeline."""
+        row = self.rows.get(key)
+        if row is None:
+            row = self.rows[key] = []
+        return row
+
     def _halve(self) -> None:
-        for key, row in self.rows.items():
-            self.rows[key] = [sum(row[i : i + 2]) for i in range(0, len(row), 2)]
+        for row in self.rows.values():
+            row[:] = [sum(row[i : i + 2]) for i in range(0, len(row), 2)]  # in place: rows are cached
         self.bin_size *= 2
 
     @property
@@ -200,6 +220,9 @@ class TraceStore(Mapping[int, list[Trace]]):
         self.timeline = Timeline()
         #: How many traces were not kept in full (the totals still count them).
         self.dropped = 0
+        # id of a PlanTraces -> (it, its keys' stats, its keys' timeline rows): an event's plan that
+        # runs every step costs a few attribute writes per key, not dictionary look-ups.
+        self._plans: dict[int, tuple[PlanTraces, list[TraceStats], list[list[int]]]] = {}
 
     # --- recording ---------------------------------------------------------------------------
     def log_traces(self, traces: Traces, step: int | None = None) -> None:
@@ -208,17 +231,31 @@ class TraceStore(Mapping[int, list[Trace]]):
             return
         step = int(step or 0)
         kept = self._step_list(step)
-        all_stats = self.stats
-        for key, trace in traces.items():
-            stats = all_stats.get(key)
-            if stats is None:
-                stats = all_stats[key] = TraceStats(first_step=step)
-            stats.count += 1
-            stats.last_step = step
-            if trace.order is not None:
-                stats.orders.add(trace.order)
-            stats.last_exit_code = trace.exit_code
-        self.timeline.add_all(traces, step)
+        cached = self._plans.get(id(traces)) if type(traces) is PlanTraces else None
+        if cached is not None and cached[0] is traces:
+            for stats in cached[1]:
+                stats.count += 1
+                stats.last_step = step
+                stats.last_exit_code = None
+            self.timeline.add_rows(cached[2], step)
+        else:
+            all_stats = self.stats
+            for key, trace in traces.items():
+                stats = all_stats.get(key)
+                if stats is None:
+                    stats = all_stats[key] = TraceStats(first_step=step)
+                stats.count += 1
+                stats.last_step = step
+                if trace.order is not None:
+                    stats.orders.add(trace.order)
+                stats.last_exit_code = trace.exit_code
+            self.timeline.add_all(traces, step)
+            if type(traces) is PlanTraces:  # its traces never change: cache what it updates
+                if len(self._plans) >= 4096:
+                    self._plans.clear()
+                self._plans[id(traces)] = (
+                    traces, [all_stats[key] for key in traces], [self.timeline.row(key) for key in traces]
+                )
         limit = self.max_traces_per_step
         if limit is None or len(kept) + len(traces) <= limit:
             kept.extend(traces.values())
@@ -250,6 +287,7 @@ class TraceStore(Mapping[int, list[Trace]]):
         self.stats.clear()
         self.timeline = Timeline(self.timeline.max_columns)
         self.dropped = 0
+        self._plans.clear()
 
     # --- reading -----------------------------------------------------------------------------
     def __getitem__(self, step: int) -> list[Trace]:
@@ -281,6 +319,8 @@ class _TraceMetrics:
         self._pending: dict[str, float] = {}
         self._pending_step: int | None = None
         self._sink: Any = None
+        # Summary mode: the PlanTraces whose keys have all been logged once (id -> it); skipped after.
+        self._logged_plans: dict[int, PlanTraces] = {}
 
     def add(self, step: int, traces: Traces, sink: Any) -> None:
         if self._pending and (step != self._pending_step or sink is not self._sink):
@@ -288,6 +328,9 @@ class _TraceMetrics:
         self._sink = sink
         self._pending_step = step
         mode = self.mode
+        is_plan = mode == "summary" and type(traces) is PlanTraces
+        if is_plan and self._logged_plans.get(id(traces)) is traces:
+            return
         for key in traces:
             last = self._last_logged.get(key)
             if last is None:
@@ -301,6 +344,10 @@ class _TraceMetrics:
             if wanted:
                 self._last_logged[key] = step
                 self._pending[METRIC_PREFIX + key] = 1
+        if is_plan:
+            if len(self._logged_plans) >= 4096:
+                self._logged_plans.clear()
+            self._logged_plans[id(traces)] = traces  # type: ignore[assignment]
 
     def flush(self) -> None:
         if self._pending and self._sink is not None:
