@@ -132,6 +132,7 @@ class AlgorithmEngineCallback(L.Callback):
         self._step_samples = 0
         self._epoch_started_at = 0.0
         self._batch_started_at = 0.0
+        self._eval_started_at = 0.0
         self._fit_started_at = 0.0
         # The hooks call the engine directly (set in setup); before setup this raises a clear error.
         self._run: Any = self.run_event
@@ -390,15 +391,12 @@ class AlgorithmEngineCallback(L.Callback):
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._reset_step()
         self._refresh_listening()
-        self._epoch_started_at = time.perf_counter()
+        self._epoch_started_at = self._batch_started_at = time.perf_counter()
         self._run(Event.EPOCH_START)
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int) -> None:
-        if self._data_patches is None:  # no data hooks installed: count the samples here
-            self._step_samples += _batch_size(batch) or 0
         if not self._in_step:
             self._in_step = True
-            self._batch_started_at = time.perf_counter()
             if self._listening:
                 self.logger.step = int(self.state.timestamp.batch.value) if self.state else None
                 self._run(Event.BATCH_START)
@@ -417,14 +415,18 @@ class AlgorithmEngineCallback(L.Callback):
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
+        if self._data_patches is None:  # no data hooks installed: count the micro-batch's samples here
+            self._step_samples += _batch_size(batch) or 0
         if not self._stepped:
             self._micro += 1
             return
         state = self.state
         assert state is not None
-        timestamp = state.timestamp.to_next_batch(
-            samples=self._step_samples, duration=time.perf_counter() - self._batch_started_at
-        )
+        # As in Composer, a batch's wall-clock time runs from the end of the previous one (data
+        # loading included, evaluation excluded: see _eval_start/_eval_end).
+        now = time.perf_counter()
+        timestamp = state.timestamp.to_next_batch(samples=self._step_samples, duration=now - self._batch_started_at)
+        self._batch_started_at = now
         state.timestamp = timestamp
         # _reset_step(), inlined: this runs every optimizer step.
         self._in_step = self._stepped = False
@@ -474,6 +476,7 @@ class AlgorithmEngineCallback(L.Callback):
         state = self.state
         assert state is not None
         self._refresh_listening()
+        self._eval_started_at = time.perf_counter()
         state.sanity_checking = bool(trainer.sanity_checking)
         state.eval_timestamp = Timestamp()
         standalone = trainer.state.fn in (TrainerFn.VALIDATING, TrainerFn.TESTING)
@@ -487,6 +490,7 @@ class AlgorithmEngineCallback(L.Callback):
         self._run(Event.EVAL_END)
         self._run(Event.EVAL_STANDALONE_END if standalone else Event.EVAL_AFTER_ALL)
         state.sanity_checking = False
+        self._batch_started_at += time.perf_counter() - self._eval_started_at  # evaluation is not batch time
 
     def _eval_batch_end(self) -> None:
         state = self.state
