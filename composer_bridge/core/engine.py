@@ -148,6 +148,8 @@ class Engine:
         self._sample = random.Random(0).random  # private: never touches the global random state
         #: Called as ``marker(event, state)`` at every event, before the algorithms (profilers).
         self.markers: list[Callable[[Event, State], None]] = []
+        #: Called with no argument after a handler is added (the Lightning bridge starts listening then).
+        self.on_handler_added: Callable[[], None] | None = None
         for algorithm_pass, index in normalize_passes(algorithm_passes):
             self.register_pass(algorithm_pass, index)
 
@@ -350,6 +352,8 @@ class Engine:
             entry = [event_filter, handler, args, kwargs]
             self._handlers.setdefault(target, []).append(entry)
             entries.append((target, entry))
+        if self.on_handler_added is not None:
+            self.on_handler_added()
         return RemovableEventHandle(self, entries)
 
     def on(self, event: Event | str | EventFilter | EventList, *args: Any, **kwargs: Any) -> Callable[[Handler], Handler]:

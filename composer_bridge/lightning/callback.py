@@ -149,6 +149,7 @@ class AlgorithmEngineCallback(L.Callback):
         assert self.state is not None
         engine = Engine(self.state, self.logger, self.algorithm_passes, measure_cost=self.measure_cost)
         engine.cost = self.cost
+        engine.on_handler_added = self._refresh_listening
         return engine
 
     def _make_destinations(self, trainer: L.Trainer) -> list[Any]:
@@ -236,8 +237,8 @@ class AlgorithmEngineCallback(L.Callback):
 
         Called at setup, between steps and at the start of evaluation. While no algorithm, engine
         callback or handler exists, the bridge fires no per-step event and hooks nothing into the
-        module, so an empty bridge costs only its step bookkeeping. A handler added during a step
-        hears the per-step events from the next step on.
+        module, so an empty bridge costs only its step bookkeeping. A handler (``engine.on``) is
+        heard at once; an algorithm or engine callback added during a run, from the next step on.
         """
         listening = self.engine is not None and self.engine.has_listeners()
         if listening and self._data_patches is None and self._patches is not None and self._trainer is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 
 import pytest
 import torch
@@ -469,6 +470,30 @@ def test_measure_cost_counts_calls_and_seconds_per_trace_key():
     assert calls == 3 and 0 <= seconds < 1
     assert engine.cost["A/BATCH_START"][0] == 1
     assert make_engine(A([])).cost == {}  # off by default
+
+
+class Busy(Algorithm):
+    """Spends a known time in apply (busy-waiting, so the clock sees it)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def match(self, event, state):
+        return event == Event.BATCH_END
+
+    def apply(self, event, state, logger):
+        end = time.perf_counter() + self.seconds
+        while time.perf_counter() < end:
+            pass
+
+
+def test_measured_cost_stays_an_estimate_of_the_total_after_the_runs_timed_in_full():
+    engine = make_engine(Busy(0.0002), measure_cost=True)
+    for _ in range(600):  # 64 runs timed in full, then about one in eight
+        engine.run_event(Event.BATCH_END)
+    calls, seconds = engine.cost["Busy/BATCH_END"]
+    assert calls == 600  # calls are exact
+    assert 0.6 * 600 * 0.0002 < seconds < 2.0 * 600 * 0.0002
 
 
 def test_two_engines_are_independent():

@@ -1,0 +1,138 @@
+"""A bridge with nothing to run stays out of the way, yet keeps time; things that start listening later are heard."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import lightning as L
+import pytest
+import torch
+from support import image_loader, quiet_trainer, tiny_classifier
+from torch.utils.data import DataLoader, TensorDataset
+
+from composer_bridge import Algorithm, AlgorithmEngineCallback, Event, State
+from composer_bridge.core.engine import Engine
+
+
+class Plain(L.LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = torch.nn.Linear(4, 2)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        return torch.nn.functional.cross_entropy(self.net(x), y)
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        time.sleep(0.05)  # evaluation that takes visible time
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def loader(n: int = 20, batch_size: int = 4) -> DataLoader:
+    g = torch.Generator().manual_seed(0)
+    return DataLoader(TensorDataset(torch.randn(n, 4, generator=g), torch.randint(0, 2, (n,), generator=g)), batch_size=batch_size)
+
+
+class Record(Algorithm):
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, int]] = []
+
+    def match(self, event: Event, state: State) -> bool:
+        return event in (Event.AFTER_DATALOADER, Event.BEFORE_BACKWARD, Event.BATCH_END)
+
+    def apply(self, event: Event, state: State, logger: Any) -> None:
+        self.seen.append((event.name, int(state.timestamp.batch)))
+
+
+class Hooks(L.Callback):
+    """Reads what the module looks like while the bridge runs (after the bridge's own setup)."""
+
+    def __init__(self) -> None:
+        self.instance_hooks: set[str] = set()
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
+        self.instance_hooks |= {name for name in vars(pl_module) if name.startswith(("on_", "training_step", "backward"))}
+
+
+def test_an_empty_bridge_hooks_nothing_into_the_module_but_counts_batches_samples_and_epochs() -> None:
+    bridge, hooks = AlgorithmEngineCallback([]), Hooks()
+    trainer = quiet_trainer(max_epochs=2, accumulate_grad_batches=2, callbacks=[bridge, hooks])
+    trainer.fit(Plain(), loader(n=20, batch_size=4))  # 5 micro-batches per epoch: 3 optimizer steps
+    assert hooks.instance_hooks == {"on_load_checkpoint"}  # only the checkpoint guard
+    timestamp = bridge.state.timestamp
+    assert (int(timestamp.epoch), int(timestamp.batch), int(timestamp.sample)) == (2, trainer.global_step, 40)
+    assert int(timestamp.batch) == 6
+
+
+def test_a_handler_added_during_the_run_hears_every_per_step_event_from_the_next_step_on() -> None:
+    bridge = AlgorithmEngineCallback([])
+    heard: list[tuple[str, int]] = []
+
+    class AddLater(L.Callback):
+        def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
+            if trainer.global_step == 2 and not heard:
+                bridge.engine.add_event_handler(
+                    Event.AFTER_DATALOADER | Event.BEFORE_BACKWARD | Event.AFTER_TRAIN_BATCH | Event.BATCH_END,
+                    lambda state, event: heard.append((event.name, int(state.timestamp.batch))),
+                )
+
+    # The bridge comes first among the callbacks: the handler arrives after its end-of-step check.
+    quiet_trainer(max_steps=4, callbacks=[bridge, AddLater()]).fit(Plain(), loader())
+    per_step = ["AFTER_DATALOADER", "BEFORE_BACKWARD", "AFTER_TRAIN_BATCH", "BATCH_END"]
+    assert [name for name, _ in heard] == per_step * 2  # all of steps 3 and 4
+    assert [step for name, step in heard if name == "BATCH_END"] == [3, 4]
+
+
+def test_algorithms_re_created_from_a_checkpoint_get_the_module_events(tmp_path: Any) -> None:
+    """A run that starts with no algorithms but gains one from its checkpoint installs the hooks it needs."""
+    from composer_bridge.algorithms import BlurPool
+
+    first = AlgorithmEngineCallback([BlurPool(replace_convs=True, replace_maxpools=False, blur_first=True)])
+    trainer = quiet_trainer(max_epochs=1, callbacks=[first], default_root_dir=tmp_path)
+    trainer.fit(tiny_classifier(), image_loader(n=16, batch_size=8))
+    path = tmp_path / "run.ckpt"
+    trainer.save_checkpoint(path)
+
+    recorder = Record()
+    second = AlgorithmEngineCallback([], add_missing_on_load=True)
+
+    class AddRecorder(L.Callback):
+        def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+            second.state.algorithms = [*second.state.algorithms, recorder]
+
+    with pytest.warns(UserWarning, match="Re-created BlurPool"):
+        quiet_trainer(max_epochs=2, callbacks=[second, AddRecorder()]).fit(
+            tiny_classifier(), image_loader(n=16, batch_size=8), ckpt_path=path
+        )
+    names = [name for name, _ in recorder.seen]
+    assert names == ["AFTER_DATALOADER", "BEFORE_BACKWARD", "BATCH_END"] * 2  # the two steps of epoch 2
+
+
+def test_batch_wall_clock_leaves_out_evaluation_and_adds_up_to_the_training_time() -> None:
+    bridge = AlgorithmEngineCallback([])
+    trainer = quiet_trainer(max_epochs=1, callbacks=[bridge], val_check_interval=2, limit_val_batches=2)
+    started = time.perf_counter()
+    trainer.fit(Plain(), loader(n=16), loader(n=8))
+    elapsed = time.perf_counter() - started
+    timestamp = bridge.state.timestamp
+    evaluation = 2 * 2 * 0.05  # two validations of two 50 ms batches
+    assert timestamp.total_wct.total_seconds() < elapsed - evaluation + 0.01
+    assert timestamp.total_wct.total_seconds() > 0
+
+
+def test_engine_has_listeners_follows_algorithms_callbacks_handlers_and_markers() -> None:
+    state = State(torch.nn.Linear(1, 1))
+    engine = Engine(state)
+    assert not engine.has_listeners()
+    handle = engine.add_event_handler(Event.BATCH_END, lambda state, event: None)
+    assert engine.has_listeners()
+    handle.remove()
+    assert not engine.has_listeners()
+    engine.markers.append(lambda event, state: None)
+    assert engine.has_listeners()
+    engine.markers.clear()
+    state.algorithms = [Record()]
+    assert engine.has_listeners()
