@@ -44,10 +44,14 @@ def tiny_classifier(classes: int = 4, channels: int = 1, lr: float = 0.05) -> Co
 
 def quiet_trainer(**overrides: Any) -> L.Trainer:
     """A CPU Trainer with no logger, checkpointing, progress bar or model summary unless overridden."""
+    # COMPOSER_BRIDGE_TEST_ACCELERATOR=gpu (and _PRECISION=bf16-mixed) run the Trainer tests on a GPU.
     options: dict[str, Any] = dict(
-        accelerator="cpu", devices=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, num_sanity_val_steps=0, max_epochs=1,
+        accelerator=os.environ.get("COMPOSER_BRIDGE_TEST_ACCELERATOR", "cpu"), devices=1, logger=False,
+        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+        num_sanity_val_steps=0, max_epochs=1,
     )
+    if os.environ.get("COMPOSER_BRIDGE_TEST_PRECISION"):
+        options["precision"] = os.environ["COMPOSER_BRIDGE_TEST_PRECISION"]
     options.update(overrides)
     return L.Trainer(**options)
 
