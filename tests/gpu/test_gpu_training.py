@@ -12,8 +12,9 @@ import pytest
 import torch
 from support import image_loader, quiet_trainer, tiny_classifier, weights_of
 
+import composer_bridge.algorithms as library
 import composer_bridge.functional as F
-from composer_bridge import AlgorithmEngineCallback, State
+from composer_bridge import AlgorithmEngineCallback, Event, Logger, State, Timestamp
 from composer_bridge.algorithms import SAM, ChannelsLast, GradientClipping
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -61,55 +62,80 @@ def test_channels_last_converts_the_convolutions_and_keeps_the_outputs() -> None
     torch.testing.assert_close(after.float(), before.float(), rtol=2e-2, atol=2e-2)
 
 
-def test_state_generators_live_on_the_gpu_and_repeat_by_position() -> None:
+def test_state_generators_live_on_the_gpu_and_depend_only_on_the_position() -> None:
+    draws = []
+    for _ in range(2):  # two runs (an uninterrupted one and a resumed one) at the same step
+        state = State(torch.nn.Linear(1, 1))
+        state.seed, state.device = 5, torch.device("cuda")
+        generator = state.generator("MixUp")
+        assert generator.device.type == "cuda"
+        draws.append(torch.rand(4, device="cuda", generator=generator))
+    assert torch.equal(draws[0], draws[1])
+
+
+def training_state(device: str) -> State:
+    """A State as the bridge holds it at step 6 of 10 epochs, with an image batch and outputs on ``device``."""
     state = State(torch.nn.Linear(1, 1))
-    state.seed, state.device = 5, torch.device("cuda")
-    generator = state.generator("MixUp")
-    assert generator.device.type == "cuda"
-    first = torch.rand(4, device="cuda", generator=generator)
-    again = torch.rand(4, device="cuda", generator=state.generator("MixUp"))
-    assert torch.equal(first, again)
+    state.seed, state.device = 3, torch.device(device)
+    state.max_duration = "10ep"
+    state.timestamp = Timestamp(epoch=6, batch=60)
+    g = torch.Generator(device=device).manual_seed(0)
+    state.batch = (torch.randn(32, 3, 16, 16, device=device, generator=g),
+                   torch.randint(0, 10, (32,), device=device, generator=g))
+    state.outputs = torch.randn(32, 10, device=device, generator=g)
+    return state
 
 
-def _batch() -> tuple[torch.Tensor, torch.Tensor, torch.Generator]:
-    generator = torch.Generator(device="cuda").manual_seed(0)
-    x = torch.randn(32, 3, 16, 16, device="cuda", generator=generator)
-    y = torch.randint(0, 10, (32,), device="cuda", generator=generator)
-    return x, y, generator
-
-
-SYNC_FREE = {
-    "smooth_labels": lambda x, y, g: F.smooth_labels(torch.randn(32, 10, device="cuda"), y, 0.1),
-    "cutout_batch": lambda x, y, g: F.cutout_batch(x, num_holes=2, length=0.25, generator=g),
-    "colout_batch": lambda x, y, g: F.colout_batch(x, generator=g),
-    "resize_batch": lambda x, y, g: F.resize_batch(x, y, scale_factor=0.5, generator=g),
-    "resize_batch(crop)": lambda x, y, g: F.resize_batch(x, y, scale_factor=0.5, mode="crop", generator=g),
-    "mixup_batch(mixing given)": lambda x, y, g: F.mixup_batch(x, y, mixing=0.3, generator=g),
+BATCH_ALGORITHMS = {
+    "MixUp": lambda: library.MixUp(alpha=0.2),
+    "CutMix": lambda: library.CutMix(alpha=1.0),
+    "CutOut": lambda: library.CutOut(num_holes=2, length=0.25),
+    "ColOut": lambda: library.ColOut(),
+    "ProgressiveResizing(resize)": lambda: library.ProgressiveResizing(mode="resize"),
+    "ProgressiveResizing(crop)": lambda: library.ProgressiveResizing(mode="crop"),
+    "LabelSmoothing": lambda: library.LabelSmoothing(0.1),
 }
-# These draw a Python scalar (the mixing coefficient, the box) from the device generator: one sync each.
-SYNCING = {
-    "mixup_batch": lambda x, y, g: F.mixup_batch(x, y, alpha=0.2, generator=g),
-    "cutmix_batch": lambda x, y, g: F.cutmix_batch(x, y, alpha=1.0, generator=g),
-}
+DATA_EVENTS = (Event.AFTER_DATALOADER, Event.BEFORE_FORWARD, Event.BEFORE_LOSS)
 
 
-def _run_without_syncs(fn: Any) -> None:
-    x, y, g = _batch()
-    fn(x, y, g)  # warm-up: first calls may sync to load kernels
+def apply_data_events(algorithm: Any, state: State) -> int:
+    ran = 0
+    for event in DATA_EVENTS:
+        if algorithm.match(event, state):
+            algorithm.apply(event, state, Logger())
+            ran += 1
+    return ran
+
+
+@pytest.mark.parametrize("name", sorted(BATCH_ALGORITHMS))
+def test_batch_algorithms_change_the_batch_without_a_host_device_sync(name: str) -> None:
+    """In training the algorithms draw their scalars (mixing coefficient, boxes) on the host: no sync."""
+    assert apply_data_events(BATCH_ALGORITHMS[name](), training_state("cuda")) > 0  # warm-up (kernel loading)
+    algorithm, state = BATCH_ALGORITHMS[name](), training_state("cuda")
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
-        fn(x, y, g)
+        apply_data_events(algorithm, state)
     finally:
         torch.cuda.set_sync_debug_mode(0)
+    assert state.batch[0].device.type == "cuda"
 
 
-@pytest.mark.parametrize("name", sorted(SYNC_FREE))
-def test_batch_algorithms_run_without_a_host_device_sync(name: str) -> None:
-    _run_without_syncs(SYNC_FREE[name])
-
-
-@pytest.mark.parametrize("name", sorted(SYNCING))
-@pytest.mark.xfail(strict=True, reason="draws its mixing coefficient/box as a Python number from the device generator")
-def test_mixing_algorithms_sync_once_to_draw_their_coefficient(name: str) -> None:
-    _run_without_syncs(SYNCING[name])
+@pytest.mark.parametrize("name", ["mixup_batch", "cutmix_batch", "cutout_batch", "resize_batch(crop)"])
+@pytest.mark.xfail(strict=True, reason="given a CUDA generator, the functional form draws its scalars from it: one sync")
+def test_functional_forms_sync_when_given_a_device_generator(name: str) -> None:
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x, y = torch.randn(32, 3, 16, 16, device="cuda"), torch.randint(0, 10, (32,), device="cuda")
+    call = {
+        "mixup_batch": lambda: F.mixup_batch(x, y, alpha=0.2, generator=g),
+        "cutmix_batch": lambda: F.cutmix_batch(x, y, alpha=1.0, generator=g),
+        "cutout_batch": lambda: F.cutout_batch(x, num_holes=2, length=0.25, generator=g),
+        "resize_batch(crop)": lambda: F.resize_batch(x, y, scale_factor=0.5, mode="crop", generator=g),
+    }[name]
+    call()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        call()
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
