@@ -4,6 +4,7 @@ Runs a tiny Linear(32, 2) model for ``--steps`` CPU steps under five configurati
 them interleaved (``--repeats`` rounds), reporting the median step time of each:
 
 - plain Lightning;
+- + one bare ``lightning.Callback()`` (Lightning's own cost of dispatching every hook to a callback);
 - Lightning + ``AlgorithmEngineCallback([])``;
 - + 4 and + 16 always-matching no-op algorithms through the bridge (every event of the step);
 - + 16 no-op Lightning callbacks (6 hooks each), the alternative of writing each algorithm as
@@ -109,6 +110,7 @@ def time_fit(callbacks: list[L.Callback], steps: int, composer: bool = False) ->
 
 CONFIGS: dict[str, Any] = {
     "plain Lightning": lambda: ([], False),
+    "+ 1 bare Lightning callback (no hooks)": lambda: ([L.Callback()], False),
     "+ AlgorithmEngineCallback([])": lambda: ([AlgorithmEngineCallback([])], False),
     "+ bridge, 4 no-op algorithms": lambda: ([AlgorithmEngineCallback([NoOp() for _ in range(4)])], False),
     "+ bridge, 16 no-op algorithms": lambda: ([AlgorithmEngineCallback([NoOp() for _ in range(16)])], False),
