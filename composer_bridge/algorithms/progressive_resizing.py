@@ -279,9 +279,11 @@ size_increment=4, resize_targets=False, input_key=0, target_key=1)
         width = input.shape[-1]
         increments = max(1, round(width * scale / self.size_increment))
         pinned = increments * self.size_increment / width
-        new_input, new_target = resize_batch(
-            input, target, pinned, self.mode, self.resize_targets, state.generator(type(self).__name__, "cpu")
-        )
+        # Only a crop that shrinks draws anything; its generator is positional, so skipping it elsewhere
+        # changes no draw (resumed runs still crop where the uninterrupted run did).
+        draws = self.mode == "crop" and pinned < 1
+        generator = state.generator(type(self).__name__, "cpu") if draws else None
+        new_input, new_target = resize_batch(input, target, pinned, self.mode, self.resize_targets, generator)
         state.batch_set_item(self.input_key, new_input)
         if self.resize_targets:
             state.batch_set_item(self.target_key, new_target)

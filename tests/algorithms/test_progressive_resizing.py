@@ -142,6 +142,36 @@ def test_tiny_images_keep_at_least_one_size_increment() -> None:
     assert state.batch[0].shape == (2, 1, 4, 4)
 
 
+class GeneratorCount(State):
+    """A real State that counts the generators asked of it."""
+
+    asked = 0
+
+    def generator(self, key: str, device: Any = None) -> torch.Generator:
+        self.asked += 1
+        return super().generator(key, device)
+
+
+@pytest.mark.parametrize("mode, batch, asked", [("resize", 10, 0), ("crop", 99, 0), ("crop", 10, 1)])
+def test_a_generator_is_made_only_for_a_crop_that_shrinks(mode: str, batch: int, asked: int) -> None:
+    state = GeneratorCount(torch.nn.Identity(), max_duration="100ba", seed=0)
+    state.timestamp = Timestamp(batch=batch, batch_in_epoch=batch)
+    state.batch = (torch.randn(2, 1, 16, 16), torch.arange(2))
+    ProgressiveResizing(mode=mode).apply(Event.AFTER_DATALOADER, state, Logger())
+    assert state.asked == asked
+    assert state.batch[0].shape[-1] == (16 if batch == 99 else 8)
+
+
+def test_crops_are_positional_so_a_fresh_state_at_the_same_step_crops_the_same_window() -> None:
+    crops = []
+    for _ in range(2):
+        state = state_at(10)
+        state.batch = (torch.arange(256.0).view(1, 1, 16, 16), torch.arange(1))
+        ProgressiveResizing(mode="crop").apply(Event.AFTER_DATALOADER, state, Logger())
+        crops.append(state.batch[0])
+    assert torch.equal(*crops)
+
+
 def test_repr_evaluates_back_to_an_equal_algorithm() -> None:
     algorithm = ProgressiveResizing(mode="crop", initial_scale=0.6, finetune_fraction="2ep", delay_fraction=0.1,
                                     size_increment=2, resize_targets=True, input_key="x", target_key="y")
