@@ -134,11 +134,11 @@ def test_resumption_is_exact_in_bf16_mixed_on_the_device(name: str, tmp_path: Pa
 def test_gradient_clipping_sees_unscaled_gradients_under_fp16_amp() -> None:
     """Clipping at AFTER_TRAIN_BATCH under 16-mixed equals Lightning's own clipping, which unscales first."""
     ours = tiny_classifier()
-    gpu_trainer(max_steps=4, precision="16-mixed", callbacks=[AlgorithmEngineCallback([GradientClipping("norm", 0.05)])]).fit(
+    gpu_trainer(max_steps=12, max_epochs=3, precision="16-mixed", callbacks=[AlgorithmEngineCallback([GradientClipping("norm", 0.05)])]).fit(
         ours, image_loader(n=64, batch_size=16)
     )
     theirs = tiny_classifier()
-    gpu_trainer(max_steps=4, precision="16-mixed", gradient_clip_val=0.05, gradient_clip_algorithm="norm").fit(
+    gpu_trainer(max_steps=12, max_epochs=3, precision="16-mixed", gradient_clip_val=0.05, gradient_clip_algorithm="norm").fit(
         theirs, image_loader(n=64, batch_size=16)
     )
     a, b = weights_of(ours), weights_of(theirs)
@@ -147,7 +147,7 @@ def test_gradient_clipping_sees_unscaled_gradients_under_fp16_amp() -> None:
         torch.testing.assert_close(a[key], b[key], rtol=1e-4, atol=1e-5, msg=lambda m, k=key: f"{k}: {m}")
     # The threshold is small enough to bind: an unclipped run ends elsewhere.
     unclipped = tiny_classifier()
-    gpu_trainer(max_steps=4, precision="16-mixed").fit(unclipped, image_loader(n=64, batch_size=16))
+    gpu_trainer(max_steps=12, max_epochs=3, precision="16-mixed").fit(unclipped, image_loader(n=64, batch_size=16))
     c = weights_of(unclipped)
     changed = any(not torch.allclose(a[k].float(), c[k].float(), rtol=1e-3, atol=1e-4) for k in a if a[k].is_floating_point())
     assert changed, "clipping at 0.05 changed nothing: the comparison above proves nothing"
