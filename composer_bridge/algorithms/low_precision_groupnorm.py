@@ -23,13 +23,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from composer_bridge.algorithms.low_precision_layernorm import (
+    LowPrecisionNormSurgery,
     _cast,
     autocast_dtype,
-    check_apply_at,
-    check_mixed,
+    replace_norms_in_low_precision,
 )
-from composer_bridge.algorithms.surgery import Optimizers, SurgeryAlgorithm, replace_modules, warn_no_effect
-from composer_bridge.core.event import Event
+from composer_bridge.algorithms.surgery import Optimizers
 
 if TYPE_CHECKING:
     from composer_bridge.core.state import State
@@ -71,32 +70,21 @@ def apply_low_precision_groupnorm(
     Returns:
         The number of layers replaced.
     """
-    if not check_mixed(precision, "LowPrecisionGroupNorm"):
-        return 0
-    done = replace_modules(
-        model, {nn.GroupNorm: lambda layer, index: LPGroupNorm.from_groupnorm(layer)},
-        optimizers=optimizers, skip=(LPGroupNorm,),
+    return replace_norms_in_low_precision(
+        model, precision, optimizers, "LowPrecisionGroupNorm", nn.GroupNorm, LPGroupNorm, LPGroupNorm.from_groupnorm
     )
-    if not done:
-        warn_no_effect("LowPrecisionGroupNorm", "nn.GroupNorm")
-    return len(done)
 
 
-class LowPrecisionGroupNorm(SurgeryAlgorithm):
+class LowPrecisionGroupNorm(LowPrecisionNormSurgery):
     """Run GroupNorms in the autocast dtype; applied at ``apply_at`` (``Event.INIT`` by default).
+
+    Args:
+        apply_at: ``"init"``, ``"before_load"`` or ``"after_load"`` (an :class:`Event` works too).
 
     Example:
         >>> LowPrecisionGroupNorm(apply_at="after_load")
         LowPrecisionGroupNorm(apply_at='after_load')
     """
-
-    runs_last = True
-
-    def __init__(self, apply_at: Event | str = Event.INIT) -> None:
-        self.apply_at = check_apply_at(apply_at, "LowPrecisionGroupNorm")
-
-    def match(self, event: Event, state: State) -> bool:
-        return event == self.apply_at
 
     def surgery(self, state: State) -> int:
         return apply_low_precision_groupnorm(state.model, state.precision, optimizers=state.optimizers)

@@ -19,6 +19,7 @@ Example:
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
@@ -78,7 +79,7 @@ class LPLayerNorm(nn.LayerNorm):
             )
 
 
-def check_mixed(precision: str | None, algorithm: str) -> bool:
+def check_mixed(precision: str | None, algorithm: str, stacklevel: int = 3) -> bool:
     """Whether ``precision`` is a mixed precision; warn that ``algorithm`` has no effect otherwise."""
     if precision is not None and not isinstance(precision, str):
         raise TypeError(f"{algorithm}: precision must be a string such as 'bf16-mixed', got {precision!r}.")
@@ -89,9 +90,34 @@ def check_mixed(precision: str | None, algorithm: str) -> bool:
             f"{algorithm} only helps with a mixed precision ('bf16-mixed' or '16-mixed'), not precision={precision!r}; "
             "the model was left unchanged."
         ),
-        stacklevel=3,
+        stacklevel=stacklevel,
     )
     return False
+
+
+def replace_norms_in_low_precision(
+    model: nn.Module,
+    precision: str | None,
+    optimizers: Optimizers,
+    algorithm: str,
+    norm: type[nn.Module],
+    low_precision: type[nn.Module],
+    make_twin: Callable[[nn.Module], nn.Module],
+) -> int:
+    """The body of the ``apply_low_precision_*`` functions: swap every ``norm`` for ``make_twin(layer)``.
+
+    Nothing changes unless ``precision`` is mixed; layers already of type ``low_precision`` are left
+    alone. Both no-effect warnings point at the caller of the ``apply_low_precision_*`` function.
+    Returns the number of layers replaced.
+    """
+    if not check_mixed(precision, algorithm, stacklevel=4):
+        return 0
+    done = replace_modules(
+        model, {norm: lambda layer, index: make_twin(layer)}, optimizers=optimizers, skip=(low_precision,)
+    )
+    if not done:
+        warn_no_effect(algorithm, f"nn.{norm.__name__}", stacklevel=4)
+    return len(done)
 
 
 def apply_low_precision_layernorm(
@@ -108,15 +134,9 @@ def apply_low_precision_layernorm(
     Returns:
         The number of layers replaced.
     """
-    if not check_mixed(precision, "LowPrecisionLayerNorm"):
-        return 0
-    done = replace_modules(
-        model, {nn.LayerNorm: lambda layer, index: LPLayerNorm.from_layernorm(layer)},
-        optimizers=optimizers, skip=(LPLayerNorm,),
+    return replace_norms_in_low_precision(
+        model, precision, optimizers, "LowPrecisionLayerNorm", nn.LayerNorm, LPLayerNorm, LPLayerNorm.from_layernorm
     )
-    if not done:
-        warn_no_effect("LowPrecisionLayerNorm", "nn.LayerNorm")
-    return len(done)
 
 
 def check_apply_at(apply_at: Event | str, algorithm: str) -> str:
@@ -133,7 +153,19 @@ def check_apply_at(apply_at: Event | str, algorithm: str) -> str:
     return event.value
 
 
-class LowPrecisionLayerNorm(SurgeryAlgorithm):
+class LowPrecisionNormSurgery(SurgeryAlgorithm):
+    """What the low-precision norm algorithms share: ``apply_at`` and running last among surgeries."""
+
+    runs_last = True
+
+    def __init__(self, apply_at: Event | str = Event.INIT) -> None:
+        self.apply_at = check_apply_at(apply_at, type(self).__name__)
+
+    def match(self, event: Event, state: State) -> bool:
+        return event == self.apply_at
+
+
+class LowPrecisionLayerNorm(LowPrecisionNormSurgery):
     """Run LayerNorms in the autocast dtype; applied at ``apply_at`` (``Event.INIT`` by default).
 
     Args:
@@ -144,14 +176,6 @@ class LowPrecisionLayerNorm(SurgeryAlgorithm):
         >>> LowPrecisionLayerNorm()
         LowPrecisionLayerNorm(apply_at='init')
     """
-
-    runs_last = True
-
-    def __init__(self, apply_at: Event | str = Event.INIT) -> None:
-        self.apply_at = check_apply_at(apply_at, "LowPrecisionLayerNorm")
-
-    def match(self, event: Event, state: State) -> bool:
-        return event == self.apply_at
 
     def surgery(self, state: State) -> int:
         return apply_low_precision_layernorm(state.model, state.precision, optimizers=state.optimizers)

@@ -9,7 +9,7 @@ from torch import nn
 from composer_bridge.algorithms import LowPrecisionGroupNorm
 from composer_bridge.algorithms.low_precision_groupnorm import LPGroupNorm
 from composer_bridge.algorithms.surgery import NoEffectWarning
-from composer_bridge.functional import apply_low_precision_groupnorm
+from composer_bridge.functional import apply_low_precision_groupnorm, apply_low_precision_layernorm
 
 
 def test_under_autocast_it_runs_in_bf16_and_matches_fp32_groupnorm_within_bf16_tolerance() -> None:
@@ -41,3 +41,15 @@ def test_full_precision_changes_nothing_twice_equals_once_and_repr_evaluates_bac
         assert apply_low_precision_groupnorm(model, precision="bf16-mixed") == 0
     algorithm = LowPrecisionGroupNorm(apply_at="before_load")
     assert eval(repr(algorithm)) == algorithm and LowPrecisionGroupNorm.required_on_load()
+
+
+@pytest.mark.parametrize("apply, norm", [
+    (apply_low_precision_groupnorm, lambda: nn.GroupNorm(2, 4)),
+    (apply_low_precision_layernorm, lambda: nn.LayerNorm(4)),
+])
+def test_both_no_effect_warnings_point_at_the_callers_line(apply, norm) -> None:
+    with pytest.warns(NoEffectWarning, match="mixed precision") as fp32:
+        apply(nn.Sequential(norm()), precision="32-true")
+    with pytest.warns(NoEffectWarning, match="replaced no module") as nothing:
+        apply(nn.Sequential(nn.Linear(4, 4)), precision="bf16-mixed")
+    assert {record.filename for record in [*fp32, *nothing]} == {__file__}
