@@ -24,10 +24,11 @@ import torch
 import torch.nn.functional as F
 
 from composer_bridge.algorithms.cutmix import random_int
+from composer_bridge.algorithms.time_hparams import elapsed_fraction, fraction_of_run, schedule_point
 from composer_bridge.core.algorithm import Algorithm
 from composer_bridge.core.batch import BatchKey
 from composer_bridge.core.event import Event
-from composer_bridge.core.time import Time, TimeUnit
+from composer_bridge.core.time import TimeUnit
 
 if TYPE_CHECKING:
     from composer_bridge.core.logger import Logger
@@ -36,64 +37,6 @@ if TYPE_CHECKING:
 __all__ = ["ProgressiveResizing", "resize_batch"]
 
 _MODES = ("crop", "resize")
-
-
-# --- schedule points (shared with SelectiveBackprop) ---------------------------------------------
-
-def schedule_point(value: float | str | Time, name: str, where: str) -> Time:
-    """A point of a schedule as a :class:`Time`: a bare number is a fraction of the run (``dur``).
-
-    ``dur`` values must lie in ``[0, 1]``; other units are converted when the run's length is known.
-    """
-    try:
-        point = Time.from_input(value, TimeUnit.DURATION)
-    except (TypeError, ValueError) as error:
-        raise ValueError(
-            f"{where}({name}={value!r}): expected a fraction of the run in [0, 1] (e.g. 0.5), or a time string "
-            f"such as '0.5dur', '3ep' or '200ba' ({error})."
-        ) from None
-    if point.unit == TimeUnit.DURATION and not 0 <= point.value <= 1:
-        raise ValueError(f"{where}({name}={value!r}): a fraction of the run must be in [0, 1].")
-    if point.unit in (TimeUnit.SECOND, TimeUnit.TOKEN, TimeUnit.SAMPLE, TimeUnit.ITERATION):
-        raise ValueError(
-            f"{where}({name}={value!r}): give schedule points as fractions ('0.5dur'), epochs ('3ep') or "
-            f"batches ('200ba'), not '{point.unit.value}'."
-        )
-    return point
-
-
-def fraction_of_run(point: Time, state: State, where: str) -> float:
-    """``point`` as a fraction of the run's ``max_duration`` (``dur`` points are already fractions)."""
-    if point.unit == TimeUnit.DURATION:
-        return float(point.value)
-    total = state.max_duration
-    if total is None:
-        raise ValueError(
-            f"{where} cannot place {point} in the run: the run's length is unknown. Give the Trainer max_epochs "
-            "or max_steps, or give the schedule as fractions of the run ('0.5dur')."
-        )
-    if point.unit == total.unit:
-        return min(float(point.value) / float(total.value), 1.0) if total.value else 1.0
-    steps_per_epoch = state.dataloader_len
-    if steps_per_epoch and {point.unit, total.unit} == {TimeUnit.EPOCH, TimeUnit.BATCH}:
-        if point.unit == TimeUnit.EPOCH:
-            return min(float(point.value) * steps_per_epoch / float(total.value), 1.0)
-        return min(float(point.value) / (steps_per_epoch * float(total.value)), 1.0)
-    raise ValueError(
-        f"{where} cannot convert {point} into a fraction of a run of {total}; give it as a fraction ('0.5dur') "
-        f"or in '{total.unit.value}'."
-    )
-
-
-def elapsed_fraction(state: State, where: str) -> float:
-    """How much of the run is done, in ``[0, 1]`` (Composer's ``state.get_elapsed_duration()``)."""
-    elapsed = state.get_elapsed_duration()
-    if elapsed is None:
-        raise ValueError(
-            f"{where} follows a schedule over the run, but the run's length is unknown: give the Trainer "
-            "max_epochs or max_steps."
-        )
-    return float(elapsed.value)
 
 
 # --- the functional form -----------------------------------------------------------------------

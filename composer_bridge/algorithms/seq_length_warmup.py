@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from composer_bridge.algorithms.time_hparams import schedule_point
 from composer_bridge.core.algorithm import Algorithm
 from composer_bridge.core.event import Event
-from composer_bridge.core.time import Time, TimeUnit
+from composer_bridge.core.time import TimeUnit
 
 if TYPE_CHECKING:
     from composer_bridge.core.logger import Logger
@@ -99,7 +100,7 @@ class SeqLengthWarmup(Algorithm):
         step_size: int = 8,
         truncate: bool = True,
     ) -> None:
-        self._duration = _parse_duration(duration)
+        self._duration = schedule_point(duration, "duration", "SeqLengthWarmup")
         for name, value in (("min_seq_length", min_seq_length), ("max_seq_length", max_seq_length),
                             ("step_size", step_size)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -156,21 +157,3 @@ class SeqLengthWarmup(Algorithm):
         length = self.current_length(state)
         state.batch = set_batch_sequence_length(state.batch, length, self.truncate)
         logger.log_metrics({"SeqLengthWarmup/current_seq_length": length})
-
-
-def _parse_duration(duration: object) -> Time:
-    if isinstance(duration, (int, float)) and not isinstance(duration, bool):
-        if not 0 <= duration <= 1:
-            raise ValueError(f"SeqLengthWarmup(duration={duration!r}): a fraction of the run must be in [0, 1].")
-        return Time(float(duration), TimeUnit.DURATION)
-    if isinstance(duration, str):
-        try:
-            time = Time.from_timestring(duration)
-        except ValueError as error:
-            raise ValueError(f"SeqLengthWarmup(duration={duration!r}): {error}") from None
-        if time.unit not in (TimeUnit.DURATION, TimeUnit.BATCH, TimeUnit.EPOCH):
-            raise ValueError(f"SeqLengthWarmup(duration={duration!r}): give it in 'dur', 'ba' or 'ep'.")
-        if time.unit == TimeUnit.DURATION and not 0 <= float(time.value) <= 1:
-            raise ValueError(f"SeqLengthWarmup(duration={duration!r}): a fraction of the run must be in [0, 1].")
-        return time
-    raise TypeError(f"SeqLengthWarmup(duration={duration!r}): give a fraction (0.3) or a Time string ('0.3dur', '500ba').")

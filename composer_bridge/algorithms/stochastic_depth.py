@@ -36,6 +36,7 @@ import torch
 from torch import nn
 
 from composer_bridge.algorithms.surgery import SurgeryAlgorithm, replace_modules, warn_no_effect
+from composer_bridge.algorithms.time_hparams import schedule_point
 from composer_bridge.core.event import Event
 from composer_bridge.core.time import Time, TimeUnit
 from composer_bridge.models.resnet import BasicBlock
@@ -203,21 +204,6 @@ def apply_stochastic_depth(
     return len(done)
 
 
-def _warmup_time(drop_warmup: float | str | Time) -> Time:
-    try:
-        warmup = Time.from_input(drop_warmup, TimeUnit.DURATION)
-    except (TypeError, ValueError) as error:
-        raise ValueError(
-            f"StochasticDepth(drop_warmup={drop_warmup!r}): {error}. Give a fraction of the run (0.1 or '0.1dur') "
-            "or a time string in ep/ba."
-        ) from None
-    if warmup.unit not in (TimeUnit.DURATION, TimeUnit.EPOCH, TimeUnit.BATCH) or float(warmup.value) < 0:
-        raise ValueError(
-            f"StochasticDepth(drop_warmup={drop_warmup!r}): must be >= 0, in 'dur', 'ep' or 'ba' units."
-        )
-    return warmup
-
-
 class StochasticDepth(SurgeryAlgorithm):
     """Stochastic depth for residual blocks: surgery at ``INIT``, drops while training.
 
@@ -250,7 +236,8 @@ class StochasticDepth(SurgeryAlgorithm):
     ) -> None:
         _check(stochastic_method, drop_rate, drop_distribution)
         _policy(target_layer_name, policy)
-        self._warmup = _warmup_time(drop_warmup)
+        # A warm-up may outlast the run (the drop rate then never reaches drop_rate), as before.
+        self._warmup = schedule_point(drop_warmup, "drop_warmup", "StochasticDepth", at_most_one_run=False)
         if stochastic_method == "sample" and float(self._warmup.value) > 0:
             raise ValueError(
                 f"StochasticDepth(drop_warmup={drop_warmup!r}) only works with stochastic_method='block' (as in "

@@ -1,16 +1,28 @@
-"""Validating hyper-parameters given as Time strings (shared by the scheduled algorithms).
+"""Hyper-parameters given as times, and where they fall in a run (shared by the scheduled algorithms).
+
+:func:`parse_time_hparam` takes time strings in chosen units (EMA, SWA); :func:`schedule_point`
+takes a fraction of the run or a time string in ``dur``/``ep``/``ba`` (ProgressiveResizing,
+SelectiveBackprop, StochasticDepth, SeqLengthWarmup); :func:`fraction_of_run` and
+:func:`elapsed_fraction` place such points in a run.
 
 Example:
     >>> from composer_bridge.core.time import TimeUnit
     >>> parse_time_hparam("EMA", "ema_start", "0.1dur", (TimeUnit.BATCH, TimeUnit.DURATION))
     Time(0.1, TimeUnit.DURATION)
+    >>> schedule_point(0.5, "delay", "ProgressiveResizing"), schedule_point("3ep", "end", "SelectiveBackprop")
+    (Time(0.5, TimeUnit.DURATION), Time(3, TimeUnit.EPOCH))
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from composer_bridge.core.time import Time, TimeUnit
 
-__all__ = ["parse_time_hparam"]
+if TYPE_CHECKING:
+    from composer_bridge.core.state import State
+
+__all__ = ["elapsed_fraction", "fraction_of_run", "parse_time_hparam", "schedule_point"]
 
 
 def parse_time_hparam(owner: str, name: str, value: object, units: tuple[TimeUnit, ...], example: str = "") -> Time:
@@ -31,3 +43,62 @@ def parse_time_hparam(owner: str, name: str, value: object, units: tuple[TimeUni
     if parsed.value < 0 or (parsed.unit == TimeUnit.DURATION and parsed.value > 1):
         raise ValueError(f"{owner}({name}={value!r}): must be >= 0, and fractions of the run must lie in [0, 1].")
     return parsed
+
+
+def schedule_point(value: float | str | Time, name: str, where: str, at_most_one_run: bool = True) -> Time:
+    """A point (or length) of a schedule as a :class:`Time`: a bare number is a fraction of the run (``dur``).
+
+    Only ``dur``, ``ep`` and ``ba`` are accepted; ``dur`` values must lie in ``[0, 1]`` unless
+    ``at_most_one_run`` is false. Other units are converted when the run's length is known
+    (:func:`fraction_of_run`). Raises ``ValueError`` naming ``where(name=value)`` and the forms accepted.
+    """
+    try:
+        point = Time.from_input(value, TimeUnit.DURATION)
+    except (TypeError, ValueError) as error:
+        fraction = "a fraction of the run in [0, 1]" if at_most_one_run else "a fraction of the run"
+        raise ValueError(
+            f"{where}({name}={value!r}): expected {fraction} (e.g. 0.5), or a time string "
+            f"such as '0.5dur', '3ep' or '200ba' ({error})."
+        ) from None
+    if at_most_one_run and point.unit == TimeUnit.DURATION and not 0 <= point.value <= 1:
+        raise ValueError(f"{where}({name}={value!r}): a fraction of the run must be in [0, 1].")
+    if point.unit not in (TimeUnit.DURATION, TimeUnit.EPOCH, TimeUnit.BATCH):
+        raise ValueError(
+            f"{where}({name}={value!r}): give schedule points as fractions ('0.5dur'), epochs ('3ep') or "
+            f"batches ('200ba'), not '{point.unit.value}'."
+        )
+    return point
+
+
+def fraction_of_run(point: Time, state: State, where: str) -> float:
+    """``point`` as a fraction of the run's ``max_duration`` (``dur`` points are already fractions)."""
+    if point.unit == TimeUnit.DURATION:
+        return float(point.value)
+    total = state.max_duration
+    if total is None:
+        raise ValueError(
+            f"{where} cannot place {point} in the run: the run's length is unknown. Give the Trainer max_epochs "
+            "or max_steps, or give the schedule as fractions of the run ('0.5dur')."
+        )
+    if point.unit == total.unit:
+        return min(float(point.value) / float(total.value), 1.0) if total.value else 1.0
+    steps_per_epoch = state.dataloader_len
+    if steps_per_epoch and {point.unit, total.unit} == {TimeUnit.EPOCH, TimeUnit.BATCH}:
+        if point.unit == TimeUnit.EPOCH:
+            return min(float(point.value) * steps_per_epoch / float(total.value), 1.0)
+        return min(float(point.value) / (steps_per_epoch * float(total.value)), 1.0)
+    raise ValueError(
+        f"{where} cannot convert {point} into a fraction of a run of {total}; give it as a fraction ('0.5dur') "
+        f"or in '{total.unit.value}'."
+    )
+
+
+def elapsed_fraction(state: State, where: str) -> float:
+    """How much of the run is done, in ``[0, 1]`` (Composer's ``state.get_elapsed_duration()``)."""
+    elapsed = state.get_elapsed_duration()
+    if elapsed is None:
+        raise ValueError(
+            f"{where} follows a schedule over the run, but the run's length is unknown: give the Trainer "
+            "max_epochs or max_steps."
+        )
+    return float(elapsed.value)
