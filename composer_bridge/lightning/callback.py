@@ -429,15 +429,12 @@ class AlgorithmEngineCallback(L.Callback):
         timestamp = state.timestamp.to_next_batch(samples=self._step_samples, duration=now - self._batch_started_at)
         self._batch_started_at = now
         state.timestamp = timestamp
-        # _reset_step(), inlined: this runs every optimizer step.
-        self._in_step = self._stepped = False
-        self._micro = self._step_samples = state.microbatch_index = 0
+        self._reset_step()
         self.logger.step = timestamp.batch.value
         if self._listening:
             self._run(Event.BATCH_END)
             self._run(Event.BATCH_CHECKPOINT)
-            if state.stop_requested:
-                trainer.should_stop = True
+            self._honour_stop(trainer)
         self._refresh_listening()
 
     def _reset_step(self) -> None:
