@@ -90,7 +90,10 @@ class State:
         self.dataloader_len = dataloader_len
         self.run_name = run_name
         self.trainer = trainer
-        self.timestamp = Timestamp()
+        self._timestamp = Timestamp()
+        # Batches counted by count_batch and not yet folded into _timestamp: [batches, samples,
+        # seconds, last batch's seconds], or None.
+        self._uncounted: list[Any] | None = None
         self.eval_timestamp = Timestamp()
         self.batch: Any = None
         self.outputs: Any = None
@@ -101,6 +104,51 @@ class State:
         self.stop_requested = False
         self.extra: dict[str, Any] = {}
         self._generators: dict[tuple[str, str], tuple[torch.Generator, tuple[int, ...]]] = {}
+
+    # --- progress -----------------------------------------------------------------------------
+    @property
+    def timestamp(self) -> Timestamp:
+        """Training progress (``batch`` counts optimizer steps); assigning replaces it."""
+        uncounted = self._uncounted
+        if uncounted is not None:
+            self._uncounted = None
+            batches, samples, seconds, last = uncounted
+            self._timestamp = self._timestamp.to_next_batches(batches, samples, duration=seconds, last_duration=last)
+        return self._timestamp
+
+    @timestamp.setter
+    def timestamp(self, value: Timestamp) -> None:
+        self._uncounted = None
+        self._timestamp = value
+
+    def count_batch(self, samples: int, seconds: float) -> None:
+        """Count one finished batch (optimizer step) of ``samples`` samples that took ``seconds``.
+
+        The same as ``state.timestamp = state.timestamp.to_next_batch(samples=samples, duration=seconds)``,
+        except that the new :class:`Timestamp` is built when ``timestamp`` is next read: a loop that
+        counts every step and whose listeners rarely read the timestamp pays a few additions.
+
+        Example:
+            >>> state = State(torch.nn.Linear(2, 2))
+            >>> state.count_batch(samples=8, seconds=0.25)
+            >>> state.count_batch(samples=8, seconds=0.5)
+            >>> state.timestamp.batch, state.timestamp.sample, state.timestamp.batch_wct.total_seconds()
+            (Time(2, TimeUnit.BATCH), Time(16, TimeUnit.SAMPLE), 0.5)
+        """
+        if type(samples) is not int or samples < 0:
+            raise ValueError(f"State.count_batch(samples={samples!r}): samples must be an int >= 0 (the batch's size).")
+        if type(seconds) is not float:
+            if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+                raise TypeError(f"State.count_batch(seconds={seconds!r}): seconds must be a number (time.perf_counter() differences).")
+            seconds = float(seconds)
+        uncounted = self._uncounted
+        if uncounted is None:
+            self._uncounted = [1, samples, seconds, seconds]
+        else:
+            uncounted[0] += 1
+            uncounted[1] += samples
+            uncounted[2] += seconds
+            uncounted[3] = seconds
 
     # --- algorithms ---------------------------------------------------------------------------
     @property

@@ -459,6 +459,8 @@ def _count(name: str, value: Time | int) -> Time[int]:
         return value
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"Timestamp {name} must be an int or a Time in '{unit.value}', got {value!r}.")
+    if value < 0:
+        raise ValueError(f"Timestamp {name} must be >= 0 (a count), got {value}.")
     return Time(value, unit)
 
 
@@ -625,27 +627,61 @@ class Timestamp:
         tokens: Time | int = 0,
         duration: datetime.timedelta | float | None = None,
     ) -> Timestamp:
-        """The Timestamp after one more batch of ``samples`` samples and ``tokens`` tokens lasting ``duration``."""
+        """The Timestamp after one more batch of ``samples`` samples and ``tokens`` tokens lasting ``duration``.
+
+        Example:
+            >>> after = Timestamp().to_next_batch(samples=32, duration=0.5)
+            >>> after.batch, after.sample, after.batch_wct.total_seconds()
+            (Time(1, TimeUnit.BATCH), Time(32, TimeUnit.SAMPLE), 0.5)
+        """
         n_samples = samples if type(samples) is int and samples >= 0 else _count("sample", samples)._value
         n_tokens = tokens if type(tokens) is int and tokens >= 0 else _count("token", tokens)._value
         wct = duration if type(duration) is float else _wall_clock("duration", duration)
-        # Runs once per optimizer step: the inputs are validated above, so build the new counts
-        # directly rather than through copy()'s full validation.
+        return self._advanced(1, n_samples, n_tokens, wct, wct)
+
+    def to_next_batches(
+        self,
+        batches: int,
+        samples: Time | int = 0,
+        tokens: Time | int = 0,
+        duration: datetime.timedelta | float | None = None,
+        last_duration: datetime.timedelta | float | None = None,
+    ) -> Timestamp:
+        """The Timestamp after ``batches`` more batches, together holding ``samples`` and ``tokens``.
+
+        ``duration`` is their total wall-clock time and ``last_duration`` the last batch's (it
+        becomes ``batch_wct``; default: ``duration / batches``). Equal to calling
+        :meth:`to_next_batch` once per batch, for a loop that builds the Timestamp only when read.
+
+        Example:
+            >>> one_by_one = Timestamp().to_next_batch(samples=8, duration=1.0).to_next_batch(samples=8, duration=3.0)
+            >>> one_by_one == Timestamp().to_next_batches(2, samples=16, duration=4.0, last_duration=3.0)
+            True
+        """
+        if isinstance(batches, bool) or not isinstance(batches, int) or batches < 0:
+            raise ValueError(f"Timestamp.to_next_batches(batches={batches!r}): batches must be an int >= 0.")
+        wct = _wall_clock("duration", duration)
+        last = wct / batches if last_duration is None and batches else _wall_clock("last_duration", last_duration)
+        return self._advanced(batches, _count("sample", samples)._value, _count("token", tokens)._value, wct, last)
+
+    def _advanced(self, batches: int, samples: int, tokens: int, seconds: float, last_seconds: float) -> Timestamp:
+        # Runs once per optimizer step with inputs already validated: build the new counts directly
+        # rather than through copy()'s full validation.
         counts = self._counts.copy()
-        counts["batch"] += 1
-        counts["batch_in_epoch"] += 1
-        if n_samples:
-            counts["sample"] += n_samples
-            counts["sample_in_epoch"] += n_samples
-        if n_tokens:
-            counts["token"] += n_tokens
-            counts["token_in_epoch"] += n_tokens
+        counts["batch"] += batches
+        counts["batch_in_epoch"] += batches
+        if samples:
+            counts["sample"] += samples
+            counts["sample_in_epoch"] += samples
+        if tokens:
+            counts["token"] += tokens
+            counts["token_in_epoch"] += tokens
         clocks = self._clocks
         new = Timestamp.__new__(Timestamp)
         new._counts = counts
         new._clocks = {
-            "total_wct": clocks["total_wct"] + wct, "iteration_wct": clocks["iteration_wct"] + wct,
-            "epoch_wct": clocks["epoch_wct"] + wct, "batch_wct": wct,
+            "total_wct": clocks["total_wct"] + seconds, "iteration_wct": clocks["iteration_wct"] + seconds,
+            "epoch_wct": clocks["epoch_wct"] + seconds, "batch_wct": last_seconds,
         }
         return new
 

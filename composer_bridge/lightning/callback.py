@@ -58,6 +58,13 @@ __all__ = ["AlgorithmEngineCallback", "BridgeConfigurationError"]
 
 log = logging.getLogger(__name__)
 
+# Lightning dispatches every hook to every callback, each through a profiler context (a few µs
+# each), but skips a hook whose attribute is not callable. The bridge shadows with ``None`` on the
+# instance the per-step hooks it has no use for (always), and while nothing listens those that only
+# fire events, so an idle bridge receives two hooks per step instead of six (see _shadow_hooks).
+_UNUSED_STEP_HOOKS = ("on_before_zero_grad", "on_before_backward")
+_EVENT_ONLY_STEP_HOOKS = ("on_train_batch_start", "on_after_backward")
+
 
 class BridgeConfigurationError(ValueError):
     """The algorithms cannot run with this module, strategy or checkpoint; the message says how to fix it."""
@@ -130,12 +137,26 @@ class AlgorithmEngineCallback(L.Callback):
         self._stepped = False
         self._micro = 0
         self._step_samples = 0
-        self._epoch_started_at = 0.0
+        self._loaded_samples: int | None = None
         self._batch_started_at = 0.0
         self._eval_started_at = 0.0
         self._fit_started_at = 0.0
         # The hooks call the engine directly (set in setup); before setup this raises a clear error.
         self._run: Any = self.run_event
+        self._shadow_hooks(_UNUSED_STEP_HOOKS + _EVENT_ONLY_STEP_HOOKS, shadow=True)
+
+    def _shadow_hooks(self, names: tuple[str, ...], *, shadow: bool) -> None:
+        """Hide (``shadow=True``) or restore this instance's ``names`` hooks from Lightning's dispatch.
+
+        A hook a subclass overrides is never hidden: the subclass's code runs as written.
+        """
+        for name in names:
+            if getattr(type(self), name) is not getattr(AlgorithmEngineCallback, name):
+                continue
+            if shadow:
+                self.__dict__[name] = None
+            else:
+                self.__dict__.pop(name, None)
 
     # ------------------------------------------------------------------------------------------
     # engine plumbing
@@ -243,7 +264,14 @@ class AlgorithmEngineCallback(L.Callback):
         listening = self.engine is not None and self.engine.has_listeners()
         if listening and self._data_patches is None and self._patches is not None and self._trainer is not None:
             self._install_event_patches(self._patches, self._trainer)
+        if listening is not self._listening:
+            self._set_listening(listening)
+
+    def _set_listening(self, listening: bool) -> None:
+        self._shadow_hooks(_EVENT_ONLY_STEP_HOOKS, shadow=not listening)
         self._listening = listening
+        if listening and self.state is not None:  # an idle bridge leaves the logger's step behind
+            self.logger.step = self._current_step()
 
     def _install_event_patches(self, patches: ModulePatches, trainer: L.Trainer) -> None:
         pl_module = patches.module
@@ -357,9 +385,9 @@ class AlgorithmEngineCallback(L.Callback):
     def _after_dataloader(self, batch: Any) -> Any:
         state = self.state
         assert state is not None
-        state.microbatch_index = self._micro if self._in_step else 0
+        state.microbatch_index = self._micro
         state.batch = batch
-        self._step_samples += _batch_size(batch) or 0
+        self._loaded_samples = _batch_size(batch) or 0  # as loaded, before AFTER_DATALOADER (Composer's count)
         if self._listening:
             self._run(Event.AFTER_DATALOADER)
         return state.batch
@@ -392,11 +420,13 @@ class AlgorithmEngineCallback(L.Callback):
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._reset_step()
         self._refresh_listening()
-        self._epoch_started_at = self._batch_started_at = time.perf_counter()
+        self._batch_started_at = time.perf_counter()
         self._run(Event.EPOCH_START)
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int) -> None:
-        if not self._in_step:
+        # The first micro-batch of a step (``_micro`` counts those done; it also holds when the
+        # bridge began listening in the middle of an accumulated step, with this hook hidden before).
+        if not self._in_step and self._micro == 0:
             self._in_step = True
             if self._listening:
                 self.logger.step = int(self.state.timestamp.batch.value) if self.state else None
@@ -416,22 +446,28 @@ class AlgorithmEngineCallback(L.Callback):
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        if self._data_patches is None:  # no data hooks installed: count the micro-batch's samples here
+        # The micro-batch's samples, as the data hook saw them; without one (an idle bridge, or one that
+        # began listening after this micro-batch was loaded), counted here.
+        loaded = self._loaded_samples
+        if loaded is None:
             self._step_samples += _batch_size(batch) or 0
+        else:
+            self._step_samples += loaded
+            self._loaded_samples = None
         if not self._stepped:
             self._micro += 1
             return
         state = self.state
         assert state is not None
         # As in Composer, a batch's wall-clock time runs from the end of the previous one (data
-        # loading included, evaluation excluded: see _eval_start/_eval_end).
+        # loading included, evaluation excluded: see _eval_start/_eval_end). The Timestamp itself
+        # is built when something reads it (State.count_batch): an idle bridge only adds numbers.
         now = time.perf_counter()
-        timestamp = state.timestamp.to_next_batch(samples=self._step_samples, duration=now - self._batch_started_at)
+        state.count_batch(self._step_samples, now - self._batch_started_at)
         self._batch_started_at = now
-        state.timestamp = timestamp
         self._reset_step()
-        self.logger.step = timestamp.batch.value
         if self._listening:
+            self.logger.step = state.timestamp.batch.value
             self._run(Event.BATCH_END)
             self._run(Event.BATCH_CHECKPOINT)
             self._honour_stop(trainer)
@@ -554,7 +590,7 @@ class AlgorithmEngineCallback(L.Callback):
             detach_bridge(self._patches.module)
             self._patches.remove()
             self._patches = None
-        self._listening = False
+        self._set_listening(False)
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         self._shutdown()

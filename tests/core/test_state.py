@@ -8,6 +8,8 @@ import datetime
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 from composer_bridge.core import Algorithm, State, Time, Timestamp, TimeUnit
 
@@ -270,3 +272,47 @@ def test_repeated_calls_within_one_position_continue_the_stream():
 def test_generator_lives_on_the_requested_device():
     assert make_state().generator("X").device == torch.device("cpu")
     assert make_state().generator("X", "cpu").device == torch.device("cpu")
+
+
+@given(
+    st.lists(
+        st.one_of(st.tuples(st.integers(0, 64), st.floats(0, 5)), st.just("read"), st.just("epoch")), max_size=20
+    )
+)
+def test_count_batch_gives_the_timestamp_of_one_to_next_batch_per_step(steps):
+    """Counting batches and reading the timestamp in any order gives what to_next_batch gives step by step."""
+    state = State(torch.nn.Linear(1, 1))
+    expected = Timestamp()
+    for step in steps:
+        if step == "read":
+            assert state.timestamp.batch == expected.batch and state.timestamp.sample == expected.sample
+        elif step == "epoch":
+            state.timestamp = state.timestamp.to_next_epoch()
+            expected = expected.to_next_epoch()
+        else:
+            samples, seconds = step
+            state.count_batch(samples, seconds)
+            expected = expected.to_next_batch(samples=samples, duration=seconds)
+    got, want = state.timestamp.state_dict(), expected.state_dict()
+    for key in want:
+        assert got[key] == pytest.approx(want[key], rel=1e-12, abs=1e-12), key
+
+
+def test_assigning_the_timestamp_replaces_batches_counted_but_not_yet_read():
+    state = State(torch.nn.Linear(1, 1))
+    state.count_batch(8, 0.5)
+    state.timestamp = Timestamp(batch=100)  # e.g. restored from a checkpoint: it is the whole progress
+    state.count_batch(4, 0.25)
+    assert (int(state.timestamp.batch), int(state.timestamp.sample)) == (101, 4)
+
+
+@pytest.mark.parametrize(
+    ("samples", "seconds", "error", "message"),
+    [(-1, 0.1, ValueError, r"samples=-1.*int >= 0"), (2.0, 0.1, ValueError, r"samples=2.0"),
+     (3, "0.1", TypeError, r"seconds='0.1'.*number"), (3, True, TypeError, r"seconds=True")],
+)
+def test_count_batch_names_a_bad_value(samples, seconds, error, message):
+    state = State(torch.nn.Linear(1, 1))
+    with pytest.raises(error, match=message):
+        state.count_batch(samples, seconds)
+    assert state.timestamp == Timestamp()  # nothing was counted

@@ -471,3 +471,34 @@ def test_state_dict_survives_torch_save_with_weights_only():
 def test_load_state_dict_rejects_unknown_keys():
     with pytest.raises(ValueError, match="epochz"):
         Timestamp().load_state_dict({"epochz": 1})
+
+
+@given(st.lists(st.tuples(st.integers(0, 64), st.integers(0, 64), st.floats(0, 10)), max_size=12))
+def test_to_next_batches_equals_one_to_next_batch_per_batch(batches):
+    start = Timestamp(epoch=2, batch=5, batch_in_epoch=1, sample=40, sample_in_epoch=8, total_wct=3.0, epoch_wct=1.0)
+    one_by_one = start
+    for samples, tokens, seconds in batches:
+        one_by_one = one_by_one.to_next_batch(samples=samples, tokens=tokens, duration=seconds)
+    together = start.to_next_batches(
+        len(batches),
+        samples=sum(b[0] for b in batches),
+        tokens=sum(b[1] for b in batches),
+        duration=sum(b[2] for b in batches),
+        last_duration=batches[-1][2] if batches else 0.0,
+    )
+    expected, got = one_by_one.state_dict(), together.state_dict()
+    assert {k: v for k, v in got.items() if not k.endswith("_wct")} == {
+        k: v for k, v in expected.items() if not k.endswith("_wct")
+    }
+    for clock in ("total_wct", "iteration_wct", "epoch_wct", "batch_wct"):
+        assert got[clock] == pytest.approx(expected[clock], rel=1e-12, abs=1e-12)
+
+
+def test_to_next_batches_refuses_a_negative_or_non_integer_batch_count():
+    with pytest.raises(ValueError, match=r"batches=-1.*int >= 0"):
+        Timestamp().to_next_batches(-1)
+    with pytest.raises(ValueError, match=r"batches=1.5"):
+        Timestamp().to_next_batches(1.5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"sample must be >= 0 \(a count\), got -3"):
+        Timestamp().to_next_batches(2, samples=-3)
+    assert Timestamp().to_next_batches(4, duration=2.0).batch_wct == datetime.timedelta(seconds=0.5)  # default: the mean

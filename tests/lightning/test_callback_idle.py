@@ -136,3 +136,83 @@ def test_engine_has_listeners_follows_algorithms_callbacks_handlers_and_markers(
     engine.markers.clear()
     state.algorithms = [Record()]
     assert engine.has_listeners()
+
+
+PER_STEP_HOOKS = (
+    "on_train_batch_start", "on_before_zero_grad", "on_before_backward", "on_after_backward",
+    "on_before_optimizer_step", "on_train_batch_end",
+)
+
+
+def test_lightning_gives_an_idle_bridge_two_hooks_per_step_and_every_event_hook_once_something_listens(
+    tmp_path: Any,
+) -> None:
+    """Read from Lightning's own profiler: which of the bridge's hooks did the Trainer call, how often."""
+    from lightning.pytorch.profilers import SimpleProfiler
+
+    bridge = AlgorithmEngineCallback([])
+
+    class AddLater(L.Callback):
+        def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
+            if trainer.global_step == 2:
+                bridge.engine.add_event_handler(Event.BATCH_START, lambda state, event: None)
+
+    profiler = SimpleProfiler(dirpath=tmp_path, filename="profile")
+    quiet_trainer(max_steps=5, callbacks=[bridge, AddLater()], profiler=profiler).fit(Plain(), loader())
+    calls = {hook: len(profiler.recorded_durations.get(f"[Callback]{bridge.state_key}.{hook}", [])) for hook in PER_STEP_HOOKS}
+    assert calls == {
+        "on_train_batch_start": 3, "on_after_backward": 3,  # steps 3-5: the bridge listens from step 3 on
+        "on_before_zero_grad": 0, "on_before_backward": 0,  # the bridge never needs these
+        "on_before_optimizer_step": 5, "on_train_batch_end": 5,  # its step bookkeeping
+    }
+    assert int(bridge.state.timestamp.batch) == 5 and int(bridge.state.timestamp.sample) == 20
+
+
+def test_a_subclass_keeps_every_per_step_hook_it_overrides() -> None:
+    calls: dict[str, int] = dict.fromkeys(PER_STEP_HOOKS, 0)
+
+    class MyBridge(AlgorithmEngineCallback):
+        def on_train_batch_start(self, *args: Any) -> None:
+            calls["on_train_batch_start"] += 1
+            super().on_train_batch_start(*args)
+
+        def on_before_zero_grad(self, *args: Any) -> None:
+            calls["on_before_zero_grad"] += 1
+
+        def on_before_backward(self, *args: Any) -> None:
+            calls["on_before_backward"] += 1
+
+        def on_after_backward(self, *args: Any) -> None:
+            calls["on_after_backward"] += 1
+            super().on_after_backward(*args)
+
+    bridge = MyBridge([])
+    quiet_trainer(max_steps=4, callbacks=[bridge]).fit(Plain(), loader())
+    assert {hook: n for hook, n in calls.items() if n} == {
+        "on_train_batch_start": 4, "on_before_zero_grad": 4, "on_before_backward": 4, "on_after_backward": 4,
+    }
+    assert int(bridge.state.timestamp.batch) == 4
+
+
+def test_a_handler_added_in_the_middle_of_an_accumulated_step_hears_the_rest_of_it_in_order() -> None:
+    """Listening starts during step 2's first micro-batch: no BATCH_START for step 2, nothing counted twice or lost."""
+    bridge = AlgorithmEngineCallback([])
+    heard: list[tuple[str, int, int]] = []
+
+    class AddInside(Plain):
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            if batch_idx == 2:  # micro-batches 2 and 3 make optimizer step 2
+                bridge.engine.add_event_handler(
+                    Event.BATCH_START | Event.AFTER_DATALOADER | Event.AFTER_TRAIN_BATCH | Event.BATCH_END,
+                    lambda state, event: heard.append((event.name, int(state.timestamp.batch), state.microbatch_index)),
+                )
+            return super().training_step(batch, batch_idx)
+
+    trainer = quiet_trainer(max_steps=3, accumulate_grad_batches=2, callbacks=[bridge])
+    trainer.fit(AddInside(), loader(n=40, batch_size=4))
+    assert heard == [
+        ("AFTER_DATALOADER", 1, 1), ("AFTER_TRAIN_BATCH", 1, 1), ("BATCH_END", 2, 0),  # the rest of step 2
+        ("AFTER_DATALOADER", 2, 0), ("BATCH_START", 2, 0), ("AFTER_DATALOADER", 2, 1),  # all of step 3 (as Composer)
+        ("AFTER_TRAIN_BATCH", 2, 1), ("BATCH_END", 3, 0),
+    ]
+    assert (int(bridge.state.timestamp.batch), int(bridge.state.timestamp.sample)) == (3, 3 * 2 * 4)
