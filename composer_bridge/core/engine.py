@@ -83,7 +83,7 @@ class RemovableEventHandle:
 class _Plan:
     """The cached order of one (event, matched algorithms), with everything the run loop reuses."""
 
-    __slots__ = ("algorithms", "keys", "traces", "cells", "cells_of", "runs")
+    __slots__ = ("algorithms", "keys", "traces", "cells", "cells_of", "runs", "counted")
 
     def __init__(self, ordered: list[Algorithm], event: Event) -> None:
         self.algorithms = ordered
@@ -95,13 +95,27 @@ class _Plan:
         #: The ``[calls, seconds]`` entries of the cost dict ``cells_of`` that each algorithm adds to.
         self.cells: list[list[float]] = []
         self.cells_of: dict[str, list[float]] | None = None
+        # Runs with cost measurement on, and how many of them the cells' call counts include: calls
+        # are added up in fold_calls (when the cost is read), not one increment per apply.
         self.runs = 0
+        self.counted = 0
 
     def cost_cells(self, cost: dict[str, list[float]]) -> list[list[float]]:
         if self.cells_of is not cost or not cost:  # a new or cleared cost dict: find the entries again
+            if self.cells_of is not cost:
+                self.fold_calls()  # the runs so far belong to the previous dict
             self.cells = [cost.setdefault(key, [0, 0.0]) for key in self.keys]
             self.cells_of = cost
+            self.counted = self.runs  # (a cleared dict drops the runs before the clear)
         return self.cells
+
+    def fold_calls(self) -> None:
+        """Add the runs since the last fold to each of the plan's call counts."""
+        pending = self.runs - self.counted
+        if pending:
+            for cell in self.cells:
+                cell[0] += pending
+            self.counted = self.runs
 
     def traces_with(self, exit_codes: dict[int, Any], ran: int | None = None) -> Traces:
         """The traces of the first ``ran`` algorithms (all by default), with the exit codes by position."""
@@ -162,11 +176,21 @@ class Engine:
         eighth of the clock reads. The time between two ``apply`` calls of one event is charged to
         the second: the engine's own bookkeeping for an algorithm counts as part of its cost.
         """
+        self._fold_calls()
         return self._cost
 
     @cost.setter
     def cost(self, value: dict[str, list[float]]) -> None:
+        self._fold_calls()
         self._cost = value
+
+    def _fold_calls(self) -> None:
+        for plan in self._order_cache.values():
+            plan.fold_calls()
+
+    def _forget_plans(self) -> None:
+        self._fold_calls()
+        self._order_cache.clear()
 
     # --- passes and ordering ------------------------------------------------------------------
     @property
@@ -185,7 +209,7 @@ class Engine:
             self._passes.append(algorithm_pass)
         else:
             self._passes.insert(index, algorithm_pass)
-        self._order_cache.clear()
+        self._forget_plans()
 
     def order(self, algorithms: list[Algorithm], event: Event | str) -> list[Algorithm]:
         """The order in which ``algorithms`` would run at ``event`` after the passes."""
@@ -203,7 +227,7 @@ class Engine:
                 ordered = result
             plan = _Plan(ordered, event)
             if len(self._order_cache) >= _MAX_CACHED_ORDERS:
-                self._order_cache.clear()
+                self._forget_plans()
             self._order_cache[key] = plan
         return plan
 
@@ -236,8 +260,11 @@ class Engine:
                     plan = self._plan(matched, event)
                 exit_codes: dict[int, Any] | None = None
                 algorithm = None
+                cells: list[list[float]] | None = None
                 try:
                     if self.measure_cost:
+                        # Calls: this run counts once for every algorithm of the plan (fold_calls adds
+                        # them up when the cost is read; a failing run takes back what did not run).
                         cells = plan.cost_cells(self._cost)
                         plan.runs += 1
                         if plan.runs <= _TIMED_IN_FULL or self._sample() < _SAMPLED_FRACTION:
@@ -247,15 +274,13 @@ class Engine:
                             for algorithm, cell in zip(plan.algorithms, cells, strict=True):
                                 exit_code = algorithm.apply(event, state, logger)
                                 end = clock()  # one clock read per apply: each interval is one algorithm
-                                cell[0] += 1
                                 cell[1] += (end - start) * weight
                                 start = end
                                 if exit_code is not None:
                                     exit_codes = _add_exit_code(exit_codes, plan, algorithm, exit_code)
                         else:
-                            for algorithm, cell in zip(plan.algorithms, cells, strict=True):
+                            for algorithm in plan.algorithms:
                                 exit_code = algorithm.apply(event, state, logger)
-                                cell[0] += 1
                                 if exit_code is not None:
                                     exit_codes = _add_exit_code(exit_codes, plan, algorithm, exit_code)
                     else:
@@ -265,6 +290,9 @@ class Engine:
                                 exit_codes = _add_exit_code(exit_codes, plan, algorithm, exit_code)
                 except Exception as error:
                     ran = _position(plan, algorithm)
+                    if cells is not None:
+                        for cell in cells[ran:]:  # the failing algorithm and those after it did not complete
+                            cell[0] -= 1
                     if ran:
                         logger.log_traces(plan.traces_with(exit_codes or {}, ran))
                     raise AlgorithmError(algorithm, event, error) from error
@@ -312,6 +340,7 @@ class Engine:
         if self._closed:
             return
         self._closed = True
+        self._fold_calls()  # the cost is complete once the engine is closed
         closed_cleanly = []
         for callback in self.state.callbacks:
             try:

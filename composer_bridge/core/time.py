@@ -658,11 +658,17 @@ class Timestamp:
             >>> one_by_one == Timestamp().to_next_batches(2, samples=16, duration=4.0, last_duration=3.0)
             True
         """
-        if isinstance(batches, bool) or not isinstance(batches, int) or batches < 0:
+        if type(batches) is not int or batches < 0:
             raise ValueError(f"Timestamp.to_next_batches(batches={batches!r}): batches must be an int >= 0.")
-        wct = _wall_clock("duration", duration)
-        last = wct / batches if last_duration is None and batches else _wall_clock("last_duration", last_duration)
-        return self._advanced(batches, _count("sample", samples)._value, _count("token", tokens)._value, wct, last)
+        # Plain ints and float seconds (what State.count_batch passes) skip the general validation.
+        n_samples = samples if type(samples) is int and samples >= 0 else _count("sample", samples)._value
+        n_tokens = tokens if type(tokens) is int and tokens >= 0 else _count("token", tokens)._value
+        wct = duration if type(duration) is float else _wall_clock("duration", duration)
+        if type(last_duration) is float:
+            last = last_duration
+        else:
+            last = wct / batches if last_duration is None and batches else _wall_clock("last_duration", last_duration)
+        return self._advanced(batches, n_samples, n_tokens, wct, last)
 
     def _advanced(self, batches: int, samples: int, tokens: int, seconds: float, last_seconds: float) -> Timestamp:
         # Runs once per optimizer step with inputs already validated: build the new counts directly

@@ -16,6 +16,7 @@ the step events once per optimizer step.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -121,8 +122,7 @@ class AlgorithmEngineCallback(L.Callback):
         self.known_algorithms = tuple(known_algorithms)
         self.measure_cost = measure_cost
         self.logger = Logger()
-        #: ``"<Algorithm>/<EVENT>"`` → ``[calls, seconds]``; kept across fit/validate calls.
-        self.cost: dict[str, list[float]] = {}
+        self._cost: dict[str, list[float]] = {}  # kept across fit/validate calls (see cost)
         self._reporting = TraceReporting(trace_mode, trace_file)
         self.state: State | None = None
         self.engine: Engine | None = None
@@ -154,13 +154,23 @@ class AlgorithmEngineCallback(L.Callback):
             if getattr(type(self), name) is not getattr(AlgorithmEngineCallback, name):
                 continue
             if shadow:
-                self.__dict__[name] = None
+                setattr(self, name, None)
             else:
-                self.__dict__.pop(name, None)
+                with contextlib.suppress(AttributeError):  # not hidden: nothing to restore
+                    delattr(self, name)
 
     # ------------------------------------------------------------------------------------------
     # engine plumbing
     # ------------------------------------------------------------------------------------------
+    @property
+    def cost(self) -> dict[str, list[float]]:
+        """``"<Algorithm>/<EVENT>"`` → ``[calls, seconds in apply]``, kept across fit/validate calls.
+
+        See :attr:`Engine.cost <composer_bridge.Engine.cost>` for how seconds are sampled, and
+        :meth:`cost_report` for a table.
+        """
+        return self.engine.cost if self.engine is not None else self._cost
+
     def run_event(self, event: Event) -> Any:
         """Run ``event`` through the engine now (the hooks below call this)."""
         assert self.engine is not None, "AlgorithmEngineCallback used before Trainer setup"
@@ -169,7 +179,7 @@ class AlgorithmEngineCallback(L.Callback):
     def _new_engine(self) -> Engine:
         assert self.state is not None
         engine = Engine(self.state, self.logger, self.algorithm_passes, measure_cost=self.measure_cost)
-        engine.cost = self.cost
+        engine.cost = self._cost
         engine.on_handler_added = self._refresh_listening
         return engine
 

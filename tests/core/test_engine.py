@@ -525,3 +525,60 @@ def test_the_callback_base_class_accepts_every_event_and_keeps_no_state():
     callback.load_state_dict({})
     callback.close(None, None)
     callback.post_close()
+
+
+class Counted(Algorithm):
+    """Counts its own completed apply calls (the independent count), and fails on request."""
+
+    def __init__(self, name: str, fail_on: set[int] = frozenset()) -> None:
+        self.name, self.fail_on, self.completed, self.seen = name, fail_on, 0, 0
+
+    def match(self, event, state):
+        return True
+
+    def apply(self, event, state, logger):
+        self.seen += 1
+        if self.seen in self.fail_on:
+            raise RuntimeError("boom")
+        self.completed += 1
+
+
+class First(Counted):
+    pass
+
+
+class Second(Counted):
+    pass
+
+
+class Third(Counted):
+    pass
+
+
+def test_measured_calls_equal_the_completed_apply_calls_through_failures_new_passes_and_dicts():
+    first, second, third = First("first"), Second("second", fail_on={5, 90}), Third("third")
+    engine = make_engine(first, second, third, measure_cost=True)
+
+    def run(times: int) -> None:
+        for _ in range(times):
+            try:
+                engine.run_event(Event.BATCH_END)
+            except AlgorithmError:
+                pass
+
+    run(70)  # past the runs timed in full, with a failure at the 5th
+    engine.register_pass(lambda algorithms, event: list(algorithms))  # forgets the cached plans
+    run(50)  # a failure at the 90th
+    calls = {key: entry[0] for key, entry in engine.cost.items()}
+    assert calls == {"First/BATCH_END": first.completed, "Second/BATCH_END": second.completed,
+                     "Third/BATCH_END": third.completed}
+    assert second.completed == 118 and sorted([first.completed, third.completed]) == [118, 120]  # one runs before it
+
+    old = engine.cost
+    engine.cost = {}  # a new dict: the old one keeps what it had
+    run(3)
+    assert old["Second/BATCH_END"][0] == 118 and engine.cost["Second/BATCH_END"][0] == 3
+    engine.cost.clear()  # a cleared dict starts again from zero
+    run(2)
+    engine.close()  # closing completes the counts
+    assert engine.cost["Third/BATCH_END"][0] == 2

@@ -210,6 +210,24 @@ def test_cost_report_lists_each_algorithm_that_ran_with_its_calls_and_non_negati
     assert report.total_seconds == pytest.approx(sum(r.seconds for r in report.rows if r.event != "(all events)"))
 
 
+class Evaluator(Recorder):
+    pass
+
+
+def test_cost_calls_add_up_exactly_over_two_fits_with_the_same_callback() -> None:
+    """Each fit has its own engine; the callback's cost keeps both, call for call."""
+    algorithms = [*_algorithms(), Evaluator(("EVAL_START",))]
+    callback = AlgorithmEngineCallback(algorithms)
+    _fit(callback, epochs=2)
+    quiet_trainer(callbacks=[callback]).validate(tiny_classifier(), image_loader(n=16, batch_size=8))
+    _fit(callback, epochs=1)
+    expected = {
+        f"{type(a).__name__}/{event}": calls for a in algorithms for event, calls in a.calls.items()
+    }
+    assert {key: entry[0] for key, entry in callback.cost.items()} == expected
+    assert expected["Smoother/BATCH_END"] == 12 and expected["Evaluator/EVAL_START"] == 1  # 8 + 4 steps; validate
+
+
 def test_cost_report_says_when_measuring_is_off() -> None:
     callback = AlgorithmEngineCallback([Smoother(("BATCH_END",))], measure_cost=False)
     _fit(callback, epochs=1)
