@@ -634,10 +634,7 @@ class Timestamp:
             >>> after.batch, after.sample, after.batch_wct.total_seconds()
             (Time(1, TimeUnit.BATCH), Time(32, TimeUnit.SAMPLE), 0.5)
         """
-        n_samples = samples if type(samples) is int and samples >= 0 else _count("sample", samples)._value
-        n_tokens = tokens if type(tokens) is int and tokens >= 0 else _count("token", tokens)._value
-        wct = duration if type(duration) is float else _wall_clock("duration", duration)
-        return self._advanced(1, n_samples, n_tokens, wct, wct)
+        return self.to_next_batches(1, samples, tokens, duration, last_duration=duration)
 
     def to_next_batches(
         self,
@@ -668,26 +665,23 @@ class Timestamp:
             last = last_duration
         else:
             last = wct / batches if last_duration is None and batches else _wall_clock("last_duration", last_duration)
-        return self._advanced(batches, n_samples, n_tokens, wct, last)
-
-    def _advanced(self, batches: int, samples: int, tokens: int, seconds: float, last_seconds: float) -> Timestamp:
-        # Runs once per optimizer step with inputs already validated: build the new counts directly
-        # rather than through copy()'s full validation.
+        # Runs once per optimizer step: the inputs are validated above, so build the new counts
+        # directly rather than through copy()'s full validation.
         counts = self._counts.copy()
         counts["batch"] += batches
         counts["batch_in_epoch"] += batches
-        if samples:
-            counts["sample"] += samples
-            counts["sample_in_epoch"] += samples
-        if tokens:
-            counts["token"] += tokens
-            counts["token_in_epoch"] += tokens
+        if n_samples:
+            counts["sample"] += n_samples
+            counts["sample_in_epoch"] += n_samples
+        if n_tokens:
+            counts["token"] += n_tokens
+            counts["token_in_epoch"] += n_tokens
         clocks = self._clocks
         new = Timestamp.__new__(Timestamp)
         new._counts = counts
         new._clocks = {
-            "total_wct": clocks["total_wct"] + seconds, "iteration_wct": clocks["iteration_wct"] + seconds,
-            "epoch_wct": clocks["epoch_wct"] + seconds, "batch_wct": last_seconds,
+            "total_wct": clocks["total_wct"] + wct, "iteration_wct": clocks["iteration_wct"] + wct,
+            "epoch_wct": clocks["epoch_wct"] + wct, "batch_wct": last,
         }
         return new
 

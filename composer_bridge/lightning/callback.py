@@ -133,7 +133,6 @@ class AlgorithmEngineCallback(L.Callback):
         # Whether anything listens to the per-step events (Engine.has_listeners), read between steps;
         # the module's event hooks are installed the first time something does.
         self._listening = False
-        self._in_step = False
         self._stepped = False
         self._micro = 0
         self._step_samples = 0
@@ -434,14 +433,12 @@ class AlgorithmEngineCallback(L.Callback):
         self._run(Event.EPOCH_START)
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int) -> None:
-        # The first micro-batch of a step (``_micro`` counts those done; it also holds when the
-        # bridge began listening in the middle of an accumulated step, with this hook hidden before).
-        if not self._in_step and self._micro == 0:
-            self._in_step = True
-            if self._listening:
-                self.logger.step = int(self.state.timestamp.batch.value) if self.state else None
-                self._run(Event.BATCH_START)
-                self._run(Event.BEFORE_TRAIN_BATCH)
+        # The first micro-batch of a step: ``_micro`` counts the step's micro-batches done (also while
+        # this hook was hidden, so a bridge that began listening mid-step waits for the next step).
+        if self._micro == 0 and self._listening:
+            self.logger.step = int(self.state.timestamp.batch.value) if self.state else None
+            self._run(Event.BATCH_START)
+            self._run(Event.BEFORE_TRAIN_BATCH)
 
     def on_after_backward(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self._listening and _training(trainer):
@@ -484,7 +481,6 @@ class AlgorithmEngineCallback(L.Callback):
         self._refresh_listening()
 
     def _reset_step(self) -> None:
-        self._in_step = False
         self._stepped = False
         self._micro = 0
         self._step_samples = 0
