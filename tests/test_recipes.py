@@ -179,3 +179,61 @@ def test_language_fast_recipe_warms_up_the_sequence_length() -> None:
 def test_language_needs_a_positive_integer_length(bad: object) -> None:
     with pytest.raises(ValueError, match="max_seq_length"):
         recipes.language("gpt", max_seq_length=bad)  # type: ignore[arg-type]
+
+
+# --- recipes for a run of known length -------------------------------------------------------------
+
+
+def _by_name(built: list[Algorithm]) -> dict[str, Algorithm]:
+    return {type(a).__name__: a for a in built}
+
+
+@needs("EMA", "SAM")
+@pytest.mark.parametrize("total_steps, half_life, update_interval, sam_interval", [
+    (96, "5ba", "1ba", 9),          # a 96-step digits run: 5% of the run, not 100 steps of 96
+    (300, "15ba", "3ba", 10),       # the published update/half-life ratio (1/5) is kept
+    (2_000, "100ba", "20ba", 10),   # long enough: the published numbers, unchanged
+    (1_000_000, "100ba", "20ba", 10),
+    (40, "2ba", "1ba", 4),          # at least 10 SAM steps in the run
+])
+def test_total_steps_scales_the_step_counted_hyper_parameters(total_steps: int, half_life: str,
+                                                               update_interval: str, sam_interval: int) -> None:
+    built = _by_name(recipes.vision("medium", total_steps=total_steps))
+    assert (built["EMA"].half_life, built["EMA"].update_interval) == (half_life, update_interval)
+    assert built["SAM"].interval == sam_interval and built["SAM"].rho == 0.5
+    # the schedules that are fractions of the run already are left alone
+    assert built["ProgressiveResizing"] == recipes.vision("medium")[3]
+
+
+@needs("EMA")
+def test_the_scaled_ema_averages_over_a_small_part_of_a_short_run() -> None:
+    # An independent statement of the rule: a half-life of at most 5% of the run.
+    for total_steps in (20, 96, 300, 1_999, 2_000, 2_001):
+        ema = _by_name(recipes.vision("mild", total_steps=total_steps))["EMA"]
+        steps = int(ema.half_life[:-2])
+        assert 1 <= steps <= max(1, 0.05 * total_steps + 0.5) and steps <= 100
+
+
+@needs("EMA")
+def test_overrides_win_over_the_run_length_scaling() -> None:
+    ema = _by_name(recipes.vision("mild", total_steps=300, ema={"half_life": "7ba"}))["EMA"]
+    assert (ema.half_life, ema.update_interval) == ("7ba", "3ba")
+    ema = _by_name(recipes.vision("mild", total_steps=300, ema="auto"))["EMA"]
+    assert ema.half_life == "auto"
+
+
+@needs("EMA", "GradientClipping", "SeqLengthWarmup")
+def test_for_run_picks_the_vision_or_language_recipe_by_name() -> None:
+    assert recipes.for_run("mild", 300) == recipes.vision("mild", total_steps=300)
+    assert recipes.for_run("gpt-fast", 500, max_seq_length=64) == recipes.language(
+        "gpt-fast", max_seq_length=64)  # language schedules are fractions already: nothing to rescale
+    with pytest.raises(ValueError, match=r"for_run\(name='mlid'\).*Did you mean 'mild'"):
+        recipes.for_run("mlid", 300)
+
+
+@pytest.mark.parametrize("bad", [0, -5, 2.5, True, "300"])
+def test_total_steps_must_be_a_positive_int(bad: object) -> None:
+    with pytest.raises(ValueError, match=r"total_steps=.*int >= 1"):
+        recipes.vision("mild", total_steps=bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"total_steps"):
+        recipes.language("gpt", max_seq_length=64, total_steps=bad)  # type: ignore[arg-type]
