@@ -5,6 +5,7 @@ Composer's names and argument order (``smooth_labels``, ``mixup_batch``, ``apply
 
 # Each algorithm module adds one import line below and its name to __all__ (keep both sorted).
 from composer_bridge.algorithms.alibi import apply_alibi
+from composer_bridge.algorithms.augmix import augmix_image
 from composer_bridge.algorithms.blurpool import apply_blurpool
 from composer_bridge.algorithms.channels_last import apply_channels_last
 from composer_bridge.algorithms.colout import colout_batch
@@ -22,6 +23,7 @@ from composer_bridge.algorithms.low_precision_groupnorm import apply_low_precisi
 from composer_bridge.algorithms.low_precision_layernorm import apply_low_precision_layernorm
 from composer_bridge.algorithms.mixup import mixup_batch
 from composer_bridge.algorithms.progressive_resizing import resize_batch
+from composer_bridge.algorithms.randaugment import randaugment_image
 from composer_bridge.algorithms.selective_backprop import select_using_loss, should_selective_backprop
 from composer_bridge.algorithms.seq_length_warmup import set_batch_sequence_length
 from composer_bridge.algorithms.squeeze_excite import apply_squeeze_excite
@@ -42,12 +44,14 @@ __all__: list[str] = [
     "apply_squeeze_excite",
     "apply_stochastic_depth",
     "apply_weight_standardization",
+    "augmix_image",
     "colout_batch",
     "compute_ema",
     "cutmix_batch",
     "cutout_batch",
     "freeze_layers",
     "mixup_batch",
+    "randaugment_image",
     "resize_batch",
     "select_using_loss",
     "set_batch_sequence_length",

@@ -5,7 +5,10 @@ an :class:`~composer_bridge.Algorithm` class. None of them imports Lightning.
 """
 
 # Each algorithm module adds one import line below and its name to __all__ (keep both sorted).
+# __all__ lists Algorithm classes only (tests iterate it); dataset transforms are re-exported with `as`.
 from composer_bridge.algorithms.alibi import Alibi
+from composer_bridge.algorithms.augmix import AugmentAndMixTransform as AugmentAndMixTransform
+from composer_bridge.algorithms.augmix import AugMix
 from composer_bridge.algorithms.blurpool import BlurPool
 from composer_bridge.algorithms.channels_last import ChannelsLast
 from composer_bridge.algorithms.colout import ColOut
@@ -23,6 +26,8 @@ from composer_bridge.algorithms.low_precision_groupnorm import LowPrecisionGroup
 from composer_bridge.algorithms.low_precision_layernorm import LowPrecisionLayerNorm
 from composer_bridge.algorithms.mixup import MixUp
 from composer_bridge.algorithms.progressive_resizing import ProgressiveResizing
+from composer_bridge.algorithms.randaugment import RandAugment
+from composer_bridge.algorithms.randaugment import RandAugmentTransform as RandAugmentTransform
 from composer_bridge.algorithms.sam import SAM
 from composer_bridge.algorithms.selective_backprop import SelectiveBackprop
 from composer_bridge.algorithms.seq_length_warmup import SeqLengthWarmup
@@ -33,6 +38,7 @@ from composer_bridge.algorithms.weight_standardization import WeightStandardizat
 
 __all__: list[str] = [
     "Alibi",
+    "AugMix",
     "BlurPool",
     "ChannelsLast",
     "ColOut",
@@ -50,6 +56,7 @@ __all__: list[str] = [
     "LowPrecisionLayerNorm",
     "MixUp",
     "ProgressiveResizing",
+    "RandAugment",
     "SAM",
     "SWA",
     "SelectiveBackprop",

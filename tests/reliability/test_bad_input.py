@@ -15,6 +15,7 @@ REQUIRED = {"Alibi": {"max_sequence_length": 64}, "GradientClipping": {"clipping
 #: algorithm -> [(keyword, bad value)]: each must be refused with an error naming the keyword.
 BAD: dict[str, list[tuple[str, Any]]] = {
     "Alibi": [("max_sequence_length", 0), ("max_sequence_length", "long")],
+    "AugMix": [("severity", 11), ("width", 0), ("alpha", 0.0), ("depth", 0)],
     "BlurPool": [("min_channels", -1), ("replace_convs", "yes")],
     "ColOut": [("p_row", 1.5), ("p_col", -0.1)],
     "CutMix": [("alpha", -1.0), ("alpha", "big")],
@@ -31,6 +32,7 @@ BAD: dict[str, list[tuple[str, Any]]] = {
     "LowPrecisionLayerNorm": [("apply_at", "sometime")],
     "MixUp": [("alpha", -1), ("alpha", None)],
     "ProgressiveResizing": [("mode", "stretch"), ("initial_scale", 0.0)],
+    "RandAugment": [("severity", -1), ("depth", -1), ("augmentation_set", "most")],
     "SAM": [("rho", -0.1), ("interval", 0)],
     "SWA": [("swa_start", "garbage"), ("anneal_strategy", "zigzag")],
     "SelectiveBackprop": [("keep", 0.0), ("start", 2.0)],

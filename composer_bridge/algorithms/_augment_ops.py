@@ -1,0 +1,519 @@
+"""Batched image augmentations on tensors, on Composer's severity scale (shared by RandAugment and AugMix).
+
+Images are ``(N, C, H, W)`` floating tensors with values in ``[0, 1]``, on any device. Each
+primitive changes every image of the batch with its own parameter (a tensor of ``N`` values):
+no PIL, no torchvision, no loop over images. The primitives follow the definitions of Pillow's
+``ImageOps``/``ImageEnhance`` that Composer's augmentations call, written on the 0..255 grid of
+8-bit images where Pillow's definition is discrete (posterize, solarize, equalize):
+
+==============  ==========================================================================
+autocontrast    stretch each channel so its darkest pixel is 0 and its brightest 1
+equalize        per channel, map levels so their histogram is flat (Pillow's look-up table)
+posterize       keep the top ``bits`` bits of each 8-bit level
+solarize        invert the levels ``>= threshold`` (on the 0..256 scale)
+rotate          turn by ``degrees`` counter-clockwise about the centre, bilinear, black fill
+shear_x/_y      source ``x + f*y`` (``y + f*x``) from the top-left corner, bilinear
+translate_x/_y  source ``x + t`` (``y + t``) pixels, black fill
+color           blend with the luma image (ITU-R 601), factor 0 = grey, 1 = unchanged
+contrast        blend with the mean luma (a flat grey image)
+brightness      blend with black
+sharpness       blend with a 3x3 smoothing (Pillow's SMOOTH kernel; border pixels unchanged)
+==============  ==========================================================================
+
+The random magnitudes follow Composer's ``augmentation_primitives``: an op's level is drawn
+from ``U(0.1, severity)`` and mapped linearly onto its range at ``severity == 10`` (30 degrees,
+a 0.3 shear, a third of the image, 4 bits, 256 levels), signed at random for the geometric ops;
+the blends draw their factor symmetrically around 1 (``U(1, severity)`` or
+``U(1 - 0.09 * severity, 1)``, brightness above 1 scaled by 0.75), or, in the ``"original"``
+set, as ``0.1 + 0.18 * level``.
+
+Every draw comes from one ``torch.Generator``, a fixed number of draws per step whatever the ops
+chosen, so a run reproduces from the generator's seed. On the CPU each op runs on the images
+that chose it (``index_select``); on an accelerator every op runs on the whole batch and
+``torch.where`` keeps each image's choice, so nothing asks the device how many images chose
+what (no host-device synchronisation).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+
+__all__ = [
+    "AUGMENTATION_SETS",
+    "affine",
+    "augment_step",
+    "autocontrast",
+    "brightness",
+    "check_augmentation_set",
+    "check_normalization",
+    "check_severity",
+    "color",
+    "contrast",
+    "denormalize",
+    "draw_step",
+    "equalize",
+    "magnitudes",
+    "normalize",
+    "posterize",
+    "rotate",
+    "sample_dirichlet",
+    "sample_symmetric_beta",
+    "sharpness",
+    "shear_x",
+    "shear_y",
+    "solarize",
+    "to_batch",
+    "translate_x",
+    "translate_y",
+]
+
+_SAFE = ("autocontrast", "equalize", "posterize", "rotate", "solarize", "shear_x", "shear_y", "translate_x",
+         "translate_y")
+
+#: Composer's augmentation sets, by name: ``"all"``, ``"safe"`` (no op that also makes the
+#: ImageNet-C/CIFAR-10-C corruptions) and ``"original"`` (the AugMix paper's blend factors).
+AUGMENTATION_SETS: dict[str, tuple[str, ...]] = {
+    "all": (*_SAFE, "color", "contrast", "brightness", "sharpness"),
+    "safe": _SAFE,
+    "original": (*_SAFE, "color_original", "contrast_original", "brightness_original", "sharpness_original"),
+}
+
+_AFFINE = ("rotate", "shear_x", "shear_y", "translate_x", "translate_y")
+
+
+# --- the deterministic primitives ----------------------------------------------------------------
+
+def _per_image(values: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
+    """``(N,)`` values as ``(N, 1, 1, 1)`` in the images' dtype and device, to broadcast per image."""
+    return values.to(device=images.device, dtype=images.dtype).view(-1, 1, 1, 1)
+
+
+def _levels(images: torch.Tensor) -> torch.Tensor:
+    """The nearest 8-bit level (0..255) of every pixel, as int64."""
+    return (images * 255).round_().clamp_(0, 255).to(torch.int64)
+
+
+def autocontrast(images: torch.Tensor) -> torch.Tensor:
+    """Stretch each channel of each image linearly to ``[0, 1]`` (flat channels unchanged)."""
+    low = images.amin(dim=(-2, -1), keepdim=True)
+    span = images.amax(dim=(-2, -1), keepdim=True) - low
+    flat = span <= 0
+    scale = torch.where(flat, torch.ones_like(span), 1 / torch.where(flat, torch.ones_like(span), span))
+    return ((images - torch.where(flat, torch.zeros_like(low), low)) * scale).clamp_(0, 1)
+
+
+def equalize(images: torch.Tensor) -> torch.Tensor:
+    """Histogram-equalise each channel with Pillow's look-up table on the 8-bit levels.
+
+    With ``step = (pixels - count of the brightest level) // 255``, level ``i`` maps to
+    ``min(255, (step // 2 + pixels below level i) // step)``; a channel with ``step == 0``
+    (one or two levels) is left unchanged.
+    """
+    n, c, h, w = images.shape
+    levels = _levels(images).reshape(n * c, h * w)
+    counts = torch.zeros(n * c, 256, dtype=torch.int64, device=images.device)
+    counts.scatter_add_(1, levels, torch.ones_like(levels))
+    brightest = counts.gather(1, levels.amax(dim=1, keepdim=True))
+    step = (h * w - brightest) // 255
+    below = counts.cumsum(dim=1) - counts
+    table = ((step // 2 + below) // step.clamp(min=1)).clamp_(max=255)
+    equalised = (table.gather(1, levels).to(images.dtype) / 255).reshape(n, c, h, w)
+    return torch.where((step > 0).view(n, c, 1, 1), equalised, images)
+
+
+def posterize(images: torch.Tensor, bits: torch.Tensor) -> torch.Tensor:
+    """Keep the top ``bits[i]`` bits (0..8) of each 8-bit level of image ``i``."""
+    drop = (2 ** (8 - bits.to(device=images.device, dtype=torch.int64))).view(-1, 1, 1, 1)
+    return ((_levels(images) // drop) * drop).to(images.dtype) / 255
+
+
+def solarize(images: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
+    """Invert (``1 - x``) the pixels whose 8-bit level is ``>= threshold[i]`` (0..256; 256 inverts none)."""
+    # Half a level below the threshold: a pixel at level k (k / 255 in floating point) counts as k.
+    limit = (_per_image(threshold, images) - 0.5) / 255
+    return torch.where(images >= limit, 1 - images, images)
+
+
+def _blend(images: torch.Tensor, degenerate: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
+    """``degenerate + factor * (images - degenerate)`` clipped to ``[0, 1]`` (Pillow's ``Image.blend``)."""
+    return (degenerate + _per_image(factor, images) * (images - degenerate)).clamp_(0, 1)
+
+
+def _luma(images: torch.Tensor) -> torch.Tensor:
+    """``(N, 1, H, W)``: ITU-R 601 luma for RGB (Pillow's ``convert("L")``), the channel mean otherwise."""
+    if images.shape[1] == 3:
+        return 0.299 * images[:, 0:1] + 0.587 * images[:, 1:2] + 0.114 * images[:, 2:3]
+    return images.mean(dim=1, keepdim=True)
+
+
+def color(images: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
+    """Saturation: blend each image with its grey version (factor 0 = grey, 1 = unchanged, 2 = twice as vivid)."""
+    return _blend(images, _luma(images), factor)
+
+
+def contrast(images: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
+    """Contrast: blend each image with a flat grey at its mean luma."""
+    return _blend(images, _luma(images).mean(dim=(-3, -2, -1), keepdim=True), factor)
+
+
+def brightness(images: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
+    """Brightness: blend each image with black (``factor * x``, clipped)."""
+    return _blend(images, torch.zeros_like(images), factor)
+
+
+def _smooth(images: torch.Tensor) -> torch.Tensor:
+    """Pillow's SMOOTH filter (3x3, centre 5, others 1, / 13) inside the image; border pixels kept."""
+    n, c, h, w = images.shape
+    if h < 3 or w < 3:
+        return images
+    kernel = torch.ones(1, 1, 3, 3, device=images.device, dtype=images.dtype)
+    kernel[..., 1, 1] = 5
+    inner = F.conv2d(images.reshape(n * c, 1, h, w), kernel / 13).reshape(n, c, h - 2, w - 2)
+    smoothed = images.clone()
+    smoothed[..., 1:-1, 1:-1] = inner
+    return smoothed
+
+
+def sharpness(images: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
+    """Sharpness: blend each image with its smoothed version (factor 0 = smooth, 2 = sharpened)."""
+    return _blend(images, _smooth(images), factor)
+
+
+def affine(images: torch.Tensor, matrices: torch.Tensor) -> torch.Tensor:
+    """Resample image ``i`` at ``matrices[i] @ (x, y, 1)`` for each output pixel ``(x, y)``, as Pillow does.
+
+    Coordinates are in pixels with pixel centres at ``k + 0.5``. A source point outside the
+    image gives black; inside it, bilinear interpolation with the edge pixels repeated
+    (Pillow's ``Image.transform(AFFINE, BILINEAR)``).
+    """
+    n, _, h, w = images.shape
+    m = matrices.to(device=images.device, dtype=images.dtype)
+    ys = (torch.arange(h, device=images.device, dtype=images.dtype) + 0.5).view(1, h, 1)
+    xs = (torch.arange(w, device=images.device, dtype=images.dtype) + 0.5).view(1, 1, w)
+    a, b, c, d, e, f = (m[:, i // 3, i % 3].view(n, 1, 1) for i in range(6))
+    source_x = a * xs + b * ys + c
+    source_y = d * xs + e * ys + f
+    inside = (source_x >= 0) & (source_x < w) & (source_y >= 0) & (source_y < h)
+    grid = torch.stack((source_x * (2 / w) - 1, source_y * (2 / h) - 1), dim=-1)
+    warped = F.grid_sample(images, grid, mode="bilinear", padding_mode="border", align_corners=False)
+    return warped * inside.unsqueeze(1).to(images.dtype)
+
+
+def _matrices(kind: str, value: torch.Tensor, height: int, width: int) -> torch.Tensor:
+    """``(N, 2, 3)`` source-from-output matrices of one geometric op, one per value."""
+    v = value.to(torch.float32)
+    one, zero = torch.ones_like(v), torch.zeros_like(v)
+    if kind == "rotate":
+        # Pillow's Image.rotate(degrees): counter-clockwise about (W / 2, H / 2).
+        angle = v * (-math.pi / 180)
+        cos, sin = torch.cos(angle), torch.sin(angle)
+        cx, cy = width / 2, height / 2
+        rows = (cos, sin, cx - cos * cx - sin * cy, -sin, cos, cy + sin * cx - cos * cy)
+    elif kind == "shear_x":
+        rows = (one, v, zero, zero, one, zero)
+    elif kind == "shear_y":
+        rows = (one, zero, zero, v, one, zero)
+    elif kind == "translate_x":
+        rows = (one, zero, v, zero, one, zero)
+    else:  # translate_y
+        rows = (one, zero, zero, zero, one, v)
+    return torch.stack(rows, dim=-1).view(-1, 2, 3)
+
+
+def rotate(images: torch.Tensor, degrees: torch.Tensor) -> torch.Tensor:
+    """Rotate image ``i`` by ``degrees[i]`` counter-clockwise about its centre (bilinear, black corners)."""
+    return affine(images, _matrices("rotate", degrees, images.shape[-2], images.shape[-1]))
+
+
+def shear_x(images: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
+    """Shear horizontally: output pixel ``(x, y)`` reads ``(x + factor * y, y)``."""
+    return affine(images, _matrices("shear_x", factor, images.shape[-2], images.shape[-1]))
+
+
+def shear_y(images: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
+    """Shear vertically: output pixel ``(x, y)`` reads ``(x, y + factor * x)``."""
+    return affine(images, _matrices("shear_y", factor, images.shape[-2], images.shape[-1]))
+
+
+def translate_x(images: torch.Tensor, pixels: torch.Tensor) -> torch.Tensor:
+    """Shift horizontally: output pixel ``(x, y)`` reads ``(x + pixels, y)`` (black where that is outside)."""
+    return affine(images, _matrices("translate_x", pixels, images.shape[-2], images.shape[-1]))
+
+
+def translate_y(images: torch.Tensor, pixels: torch.Tensor) -> torch.Tensor:
+    """Shift vertically: output pixel ``(x, y)`` reads ``(x, y + pixels)``."""
+    return affine(images, _matrices("translate_y", pixels, images.shape[-2], images.shape[-1]))
+
+
+_PIXEL_OPS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "autocontrast": lambda images, value: autocontrast(images),
+    "equalize": lambda images, value: equalize(images),
+    "posterize": posterize,
+    "solarize": solarize,
+    "color": color,
+    "contrast": contrast,
+    "brightness": brightness,
+    "sharpness": sharpness,
+    "color_original": color,
+    "contrast_original": contrast,
+    "brightness_original": brightness,
+    "sharpness_original": sharpness,
+}
+
+
+# --- the severity scale ---------------------------------------------------------------------------
+
+class StepDraws(NamedTuple):
+    """The random numbers of one augmentation step, one of each per image."""
+
+    choice: torch.Tensor  #: which op of the set (int64)
+    level: torch.Tensor  #: U(0, 1), becomes the level U(0.1, severity)
+    sign: torch.Tensor  #: U(0, 1); > 0.5 negates a geometric op
+    branch: torch.Tensor  #: U(0, 1); > 0.5 draws a blend factor above 1
+    factor: torch.Tensor  #: U(0, 1), becomes the blend factor
+
+
+def draw_step(n: int, num_ops: int, generator: torch.Generator | None, device: torch.device) -> StepDraws:
+    """Draw one step's numbers on the generator's device (``device`` when there is no generator)."""
+    where = generator.device if generator is not None else device
+    choice = torch.randint(num_ops, (n,), generator=generator, device=where)
+    uniform = torch.rand(4, n, generator=generator, device=where)
+    return StepDraws(choice, *uniform.unbind(0))
+
+
+def _int_parameter(level: torch.Tensor, maxval: float) -> torch.Tensor:
+    """Composer's ``int(level * maxval / 10)``."""
+    return torch.trunc(level * maxval / 10)
+
+
+def magnitudes(name: str, draws: StepDraws, severity: float, height: int, width: int) -> torch.Tensor:
+    """Op ``name``'s parameter for each image from one step's draws, on Composer's severity scale."""
+    precision = torch.float32 if draws.level.device.type == "mps" else torch.float64  # MPS has no float64
+    level = 0.1 + (severity - 0.1) * draws.level.to(precision)
+    sign = torch.where(draws.sign > 0.5, -1.0, 1.0).to(level.dtype)
+    if name == "posterize":
+        return (4 - _int_parameter(level, 4)).to(torch.int64)
+    if name == "solarize":
+        return 256 - _int_parameter(level, 256)
+    if name == "rotate":
+        return _int_parameter(level, 30) * sign
+    if name in ("shear_x", "shear_y"):
+        return level * (0.3 / 10) * sign
+    if name == "translate_x":
+        return _int_parameter(level, width / 3) * sign
+    if name == "translate_y":
+        return _int_parameter(level, height / 3) * sign
+    if name.endswith("_original"):
+        return level * (1.8 / 10) + 0.1
+    u = draws.factor.to(level.dtype)
+    symmetric = torch.where(draws.branch > 0.5, 1 + (severity - 1) * u, (1 - 0.09 * severity) + 0.09 * severity * u)
+    if name == "brightness":
+        return torch.where(symmetric > 1, symmetric * 0.75, symmetric)
+    return symmetric  # color, contrast, sharpness; ignored by autocontrast and equalize
+
+
+# --- one step over a batch ----------------------------------------------------------------------
+
+def augment_step(images: torch.Tensor, names: Sequence[str], draws: StepDraws, severity: float,
+                 active: torch.Tensor | None = None) -> torch.Tensor:
+    """Apply to each image the op ``names[draws.choice[i]]`` at its drawn magnitude.
+
+    Args:
+        images: ``(N, C, H, W)`` in ``[0, 1]``.
+        names: the augmentation set.
+        draws: this step's draws (from :func:`draw_step`), on any device.
+        severity: 0..10.
+        active: optional ``(N,)`` bools; images where it is ``False`` are left unchanged.
+    """
+    n, _, h, w = images.shape
+    grouped = images.device.type == "cpu"
+    choice = draws.choice.to(images.device)
+    if active is not None:
+        choice = torch.where(active.to(images.device), choice, -1)
+    out = images.clone() if grouped else images
+    geometric = [k for k, name in enumerate(names) if name in _AFFINE]
+    if geometric:
+        # All geometric ops of the step are one resampling, each image with its own matrix.
+        matrices = torch.eye(2, 3, device=images.device).expand(n, 2, 3)
+        wanted = torch.zeros(n, dtype=torch.bool, device=images.device)
+        for k in geometric:
+            chosen = choice == k
+            kind_matrices = _matrices(names[k], magnitudes(names[k], draws, severity, h, w), h, w)
+            matrices = torch.where(chosen.view(n, 1, 1), kind_matrices.to(images.device), matrices)
+            wanted |= chosen
+        out = _where_chosen(out, images, wanted, lambda x, idx: affine(x, matrices[idx]), grouped)
+    for k, name in enumerate(names):
+        if name in _AFFINE:
+            continue
+        value = magnitudes(name, draws, severity, h, w).to(images.device)
+        op = _PIXEL_OPS[name]
+        out = _where_chosen(out, images, choice == k, lambda x, idx, op=op, value=value: op(x, value[idx]), grouped)
+    return out
+
+
+def _where_chosen(out: torch.Tensor, images: torch.Tensor, chosen: torch.Tensor,
+                  op: Callable[[torch.Tensor, torch.Tensor | slice], torch.Tensor], grouped: bool) -> torch.Tensor:
+    """``out`` with the images where ``chosen`` replaced by ``op`` of the step's input ``images``."""
+    if grouped:  # on the CPU: compute only the chosen images
+        index = chosen.nonzero().squeeze(1)
+        if index.numel():
+            out.index_copy_(0, index, op(images.index_select(0, index), index))
+        return out
+    return torch.where(chosen.view(-1, 1, 1, 1), op(images, slice(None)), out)
+
+
+# --- mixing weights for AugMix --------------------------------------------------------------------
+
+_CANDIDATES = 8  # proposals per draw; all rejected has probability < 0.05 ** 8
+
+
+def _log_gamma(shape: float, size: tuple[int, ...], generator: torch.Generator | None,
+               device: torch.device) -> torch.Tensor:
+    """Logarithms of Gamma(shape, 1) draws (Marsaglia and Tsang), a fixed number of proposals per draw.
+
+    Taking the first accepted of a fixed number of proposals keeps the sampler on the device with
+    no data-dependent loop; shapes below 1 are boosted (``Gamma(k) = Gamma(k + 1) * U ** (1 / k)``),
+    in log space so small shapes do not underflow.
+    """
+    where = generator.device if generator is not None else device
+    boost = torch.zeros(size, device=where, dtype=torch.float64)
+    if shape < 1:
+        boost = torch.log1p(-torch.rand(size, generator=generator, device=where, dtype=torch.float64)) / shape
+        shape += 1.0
+    d = shape - 1.0 / 3.0
+    c = 1.0 / math.sqrt(9.0 * d)
+    x = torch.randn(*size, _CANDIDATES, generator=generator, device=where, dtype=torch.float64)
+    u = torch.rand(*size, _CANDIDATES, generator=generator, device=where, dtype=torch.float64)
+    v = (1 + c * x) ** 3
+    log_v = torch.log(v.clamp(min=1e-300))
+    accepted = (v > 0) & (torch.log1p(-u) < 0.5 * x * x + d - d * v + d * log_v)
+    first = accepted.to(torch.int8).argmax(dim=-1, keepdim=True)
+    chosen = torch.where(accepted.any(dim=-1), log_v.gather(-1, first).squeeze(-1), torch.zeros_like(boost))
+    return math.log(d) + chosen + boost
+
+
+def sample_dirichlet(alpha: float, n: int, width: int, generator: torch.Generator | None,
+                     device: torch.device) -> torch.Tensor:
+    """``(n, width)`` rows drawn from Dirichlet(alpha, ..., alpha)."""
+    return torch.softmax(_log_gamma(alpha, (n, width), generator, device), dim=-1)
+
+
+def sample_symmetric_beta(alpha: float, n: int, generator: torch.Generator | None, device: torch.device) -> torch.Tensor:
+    """``(n,)`` draws from Beta(alpha, alpha)."""
+    pair = _log_gamma(alpha, (n, 2), generator, device)
+    return torch.sigmoid(pair[:, 0] - pair[:, 1])
+
+
+# --- arguments and layouts --------------------------------------------------------------------------
+
+def check_severity(severity: float, where: str, default: float) -> None:
+    if isinstance(severity, bool) or not isinstance(severity, (int, float)) or not 0 <= severity <= 10:
+        raise ValueError(
+            f"{where}(severity={severity!r}): severity must be a number in [0, 10] (10 is the strongest: "
+            f"30-degree rotations, shifts of a third of the image). The default is {default}."
+        )
+
+
+def check_augmentation_set(augmentation_set: str | Sequence[str], where: str) -> tuple[str, ...]:
+    """The op names of a set given by name (``"all"``, ``"safe"``, ``"original"``) or as a sequence of names."""
+    if isinstance(augmentation_set, str):
+        if augmentation_set not in AUGMENTATION_SETS:
+            raise ValueError(
+                f"{where}(augmentation_set={augmentation_set!r}): unknown set; choose one of "
+                f"{sorted(AUGMENTATION_SETS)} or pass a sequence of op names."
+            )
+        return AUGMENTATION_SETS[augmentation_set]
+    names = tuple(augmentation_set)
+    known = set(_AFFINE) | set(_PIXEL_OPS)
+    unknown = [name for name in names if name not in known]
+    if not names or unknown:
+        raise ValueError(
+            f"{where}(augmentation_set={augmentation_set!r}): "
+            f"{'unknown ops ' + repr(unknown) if unknown else 'no op given'}; the ops are {sorted(known)}."
+        )
+    return names
+
+
+def to_batch(img: torch.Tensor, where: str) -> tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]:
+    """``img`` as a floating ``(N, C, H, W)`` batch in ``[0, 1]``, and the function that puts a result back.
+
+    ``(C, H, W)`` images become a batch of one; ``uint8`` images are read as ``level / 255`` and
+    rounded back; half-precision images are computed in float32.
+    """
+    if not isinstance(img, torch.Tensor) or img.ndim not in (3, 4):
+        raise TypeError(
+            f"{where} needs an image tensor (C, H, W) or a batch (N, C, H, W), got "
+            f"{type(img).__name__}{tuple(img.shape) if isinstance(img, torch.Tensor) else ''}."
+        )
+    dtype = img.dtype
+    if dtype == torch.uint8:
+        images = img.to(torch.float32) / 255
+    elif dtype.is_floating_point:
+        images = img.to(torch.float32) if dtype in (torch.float16, torch.bfloat16) else img
+        images = images.clamp(0, 1)
+    else:
+        raise TypeError(f"{where} needs floating images in [0, 1] or uint8 images, got dtype {dtype}.")
+    single = img.ndim == 3
+    if single:
+        images = images.unsqueeze(0)
+
+    def restore(result: torch.Tensor) -> torch.Tensor:
+        if single:
+            result = result.squeeze(0)
+        if dtype == torch.uint8:
+            return (result * 255).round_().clamp_(0, 255).to(torch.uint8)
+        return result.to(dtype)
+
+    return images, restore
+
+
+Normalization = tuple[float, ...] | None
+
+
+def check_normalization(mean: float | Sequence[float] | None, std: float | Sequence[float] | None,
+                        where: str) -> tuple[Normalization, Normalization]:
+    """``mean``/``std`` as tuples of floats (both ``None`` when the images are already in ``[0, 1]``)."""
+    if mean is None and std is None:
+        return None, None
+    values = []
+    for name, given in (("mean", mean), ("std", std)):
+        items = (given,) if isinstance(given, (int, float)) and not isinstance(given, bool) else given
+        if (items is None or isinstance(items, (str, bytes)) or not isinstance(items, Sequence) or not items
+                or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in items)):
+            raise ValueError(
+                f"{where}({name}={given!r}): give mean and std together, each a number or one number per channel "
+                "(what your data was normalised with, e.g. mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225)), "
+                "or neither for images in [0, 1]."
+            )
+        values.append(tuple(float(v) for v in items))
+    if any(v <= 0 for v in values[1]):
+        raise ValueError(f"{where}(std={std!r}): every standard deviation must be > 0.")
+    return values[0], values[1]
+
+
+def _channel_view(values: tuple[float, ...], images: torch.Tensor, where: str) -> torch.Tensor:
+    if len(values) not in (1, images.shape[1]):
+        raise ValueError(
+            f"{where}: mean/std have {len(values)} values but the images have {images.shape[1]} channels; give one "
+            "value, or one per channel."
+        )
+    return torch.tensor(values, dtype=images.dtype).view(1, -1, 1, 1).to(images.device, non_blocking=True)
+
+
+def denormalize(images: torch.Tensor, mean: Normalization, std: Normalization, where: str) -> torch.Tensor:
+    """Normalised images back to ``[0, 1]``: ``images * std + mean`` (unchanged when ``mean`` is ``None``)."""
+    if mean is None or std is None:
+        return images
+    return images * _channel_view(std, images, where) + _channel_view(mean, images, where)
+
+
+def normalize(images: torch.Tensor, mean: Normalization, std: Normalization) -> torch.Tensor:
+    """The inverse of :func:`denormalize`."""
+    if mean is None or std is None:
+        return images
+    return (images - _channel_view(mean, images, "")) / _channel_view(std, images, "")

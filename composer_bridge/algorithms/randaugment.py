@@ -1,0 +1,182 @@
+"""RandAugment: a chain of ``depth`` random image augmentations per image (Cubuk et al., 2020).
+
+Functional form :func:`randaugment_image`; the :class:`RandAugment` algorithm applies it to every
+training micro-batch at ``AFTER_DATALOADER``, on the batch's device, and
+:class:`RandAugmentTransform` to single images in a ``Dataset``. Unlike Composer's (Pillow images
+in the data loader workers), the augmentations here are tensor operations on the whole batch;
+each image still gets its own ops and magnitudes. The ops and Composer's severity scale are
+described in :mod:`composer_bridge.algorithms._augment_ops`.
+
+Example:
+    >>> import torch
+    >>> g = torch.Generator().manual_seed(0)
+    >>> out = randaugment_image(torch.rand(4, 3, 16, 16), severity=9, depth=2, generator=g)
+    >>> out.shape, bool(out.min() >= 0 and out.max() <= 1)
+    (torch.Size([4, 3, 16, 16]), True)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import torch
+
+from composer_bridge.algorithms._augment_ops import (
+    augment_step,
+    check_augmentation_set,
+    check_normalization,
+    check_severity,
+    denormalize,
+    draw_step,
+    normalize,
+    to_batch,
+)
+from composer_bridge.core.algorithm import Algorithm
+from composer_bridge.core.batch import BatchKey
+from composer_bridge.core.event import Event
+
+if TYPE_CHECKING:
+    from composer_bridge.core.logger import Logger
+    from composer_bridge.core.state import State
+
+__all__ = ["RandAugment", "RandAugmentTransform", "randaugment_image"]
+
+
+def _check(severity: float, depth: int, augmentation_set: str | Sequence[str], where: str) -> tuple[str, ...]:
+    check_severity(severity, where, 9)
+    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
+        raise ValueError(f"{where}(depth={depth!r}): depth is the number of ops per image, an int >= 0 (default 2).")
+    return check_augmentation_set(augmentation_set, where)
+
+
+def randaugment_image(
+    img: torch.Tensor,
+    severity: float = 9,
+    depth: int = 2,
+    augmentation_set: str | Sequence[str] = "all",
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Apply ``depth`` ops, each drawn uniformly (with replacement) from ``augmentation_set``, to every image.
+
+    Each image draws its own ops and magnitudes (a level ``U(0.1, severity)`` per op, mapped onto
+    the op's range as in Composer). The whole batch is processed at once on its device.
+
+    Args:
+        img: an image ``(C, H, W)`` or a batch ``(N, C, H, W)``: floating point with values in
+            ``[0, 1]`` (values outside are clipped), or ``uint8``.
+        severity: how strong each op is, from 0 to 10. Default ``9``.
+        depth: ops per image. Default ``2``.
+        augmentation_set: ``"all"`` (default), ``"safe"``, ``"original"``, or a sequence of op
+            names (see :data:`~composer_bridge.algorithms._augment_ops.AUGMENTATION_SETS`).
+        generator: the source of the draws (best on the images' device); ``None`` uses torch's
+            global generator.
+
+    Returns:
+        A new tensor of ``img``'s shape and dtype.
+
+    Example:
+        >>> import torch
+        >>> x = torch.rand(3, 8, 8)
+        >>> torch.equal(randaugment_image(x, depth=0), x)
+        True
+        >>> randaugment_image((x * 255).to(torch.uint8), depth=1).dtype
+        torch.uint8
+    """
+    names = _check(severity, depth, augmentation_set, "randaugment_image")
+    images, restore = to_batch(img, "randaugment_image")
+    if depth == 0:
+        return img.clone()
+    for _ in range(depth):
+        draws = draw_step(images.shape[0], len(names), generator, images.device)
+        images = augment_step(images, names, draws, severity)
+    return restore(images)
+
+
+class RandAugmentTransform(torch.nn.Module):
+    """:func:`randaugment_image` as a dataset transform for single images (tensors, not Pillow images).
+
+    Draws from torch's global generator, which the ``DataLoader`` seeds in each worker.
+
+    Args:
+        severity: see :class:`RandAugment`. Default ``9``.
+        depth: see :class:`RandAugment`. Default ``2``.
+        augmentation_set: see :class:`RandAugment`. Default ``"all"``.
+
+    Example:
+        >>> import torch
+        >>> transform = RandAugmentTransform(severity=9, depth=2)
+        >>> transform(torch.rand(3, 32, 32)).shape
+        torch.Size([3, 32, 32])
+    """
+
+    def __init__(self, severity: float = 9, depth: int = 2, augmentation_set: str | Sequence[str] = "all") -> None:
+        super().__init__()
+        _check(severity, depth, augmentation_set, "RandAugmentTransform")
+        self.severity = severity
+        self.depth = depth
+        self.augmentation_set = augmentation_set
+
+    def forward(self, img: torch.Tensor) -> torch.Tensor:
+        return randaugment_image(img, self.severity, self.depth, self.augmentation_set)
+
+    def extra_repr(self) -> str:
+        return f"severity={self.severity!r}, depth={self.depth!r}, augmentation_set={self.augmentation_set!r}"
+
+
+class RandAugment(Algorithm):
+    """Apply ``depth`` random augmentations to every image of every training batch at ``AFTER_DATALOADER``.
+
+    Each image draws its own ops and magnitudes from the run's generator on the batch's device,
+    so the augmentation costs no data-loader worker time and resumes exactly. The images must be
+    in ``[0, 1]``; for a batch that the data already normalised, give ``mean`` and ``std`` and the
+    images are taken back to ``[0, 1]``, augmented, and normalised again.
+
+    Args:
+        severity: how strong each op is, from 0 to 10 (``M`` in the paper). Default ``9``.
+        depth: ops per image (``N`` in the paper). Default ``2``.
+        augmentation_set: ``"all"`` (default), ``"safe"`` (leaves out the blends that also make
+            the ImageNet-C/CIFAR-10-C corruptions), ``"original"`` (the AugMix paper's blend
+            factors), or a sequence of op names.
+        mean: per-channel means the batch was normalised with (or one number), or ``None``
+            (default) for images in ``[0, 1]``.
+        std: per-channel standard deviations the batch was normalised with, with ``mean``.
+        input_key: where the images are in the batch.
+
+    Example:
+        >>> RandAugment(severity=9, depth=1)
+        RandAugment(severity=9, depth=1, augmentation_set='all', mean=None, std=None, input_key=0)
+    """
+
+    unique = True
+
+    def __init__(
+        self,
+        severity: float = 9,
+        depth: int = 2,
+        augmentation_set: str | Sequence[str] = "all",
+        mean: float | Sequence[float] | None = None,
+        std: float | Sequence[float] | None = None,
+        input_key: BatchKey = 0,
+    ) -> None:
+        _check(severity, depth, augmentation_set, "RandAugment")
+        self.mean, self.std = check_normalization(mean, std, "RandAugment")
+        self.severity = severity
+        self.depth = depth
+        self.augmentation_set = augmentation_set if isinstance(augmentation_set, str) else tuple(augmentation_set)
+        self.input_key = input_key
+
+    def match(self, event: Event, state: State) -> bool:
+        return event == Event.AFTER_DATALOADER
+
+    def apply(self, event: Event, state: State, logger: Logger) -> None:
+        images = state.batch_get_item(self.input_key)
+        if not isinstance(images, torch.Tensor) or images.ndim != 4:
+            raise TypeError(
+                f"RandAugment needs an image tensor (N, C, H, W) at input_key={self.input_key!r}, got "
+                f"{type(images).__name__}{tuple(images.shape) if isinstance(images, torch.Tensor) else ''}."
+            )
+        generator = state.generator(type(self).__name__, images.device)
+        unit = denormalize(images, self.mean, self.std, "RandAugment")
+        augmented = randaugment_image(unit, self.severity, self.depth, self.augmentation_set, generator)
+        state.batch_set_item(self.input_key, normalize(augmented, self.mean, self.std))
