@@ -12,6 +12,8 @@ What the surgery knows (its default *policy*):
 - :class:`composer_bridge.models.gpt.GPT` → position embedding zeroed, frozen and resized to
   ``max_sequence_length`` (in place).
 
+Other libraries' classes are added to the defaults with :func:`register_alibi_policy`
+(:mod:`composer_bridge.hf` registers Hugging Face's GPT-2, BERT and Llama attention when imported).
 Your own classes: pass ``policy={MyAttention: fn}`` where ``fn(module, max_sequence_length)``
 returns the replacement (or the module changed in place, or ``None`` to skip it).
 :func:`alibi_slopes` and :func:`alibi_bias` give the bias; entries you pass override the
@@ -59,6 +61,7 @@ __all__ = [
     "alibi_slopes",
     "apply_alibi",
     "default_alibi_policy",
+    "register_alibi_policy",
 ]
 
 #: ``fn(module, max_sequence_length) -> replacement | module changed in place | None``.
@@ -169,12 +172,28 @@ def _convert_gpt(gpt: nn.Module, max_sequence_length: int) -> nn.Module | None:
     return gpt
 
 
+# Filled only by register_alibi_policy (an extension package registering its classes on import).
+_REGISTERED: dict[type, Callable[[nn.Module, int], nn.Module | None]] = {}
+
+
+def register_alibi_policy(cls: type, fn: Callable[[nn.Module, int], nn.Module | None]) -> None:
+    """Add ``cls`` to the default policy: ``fn(module, max_sequence_length)`` converts its instances.
+
+    For packages that teach ALiBi another library's classes (``import composer_bridge.hf`` does it
+    for Hugging Face models); registering a class again replaces its function.
+    """
+    if not (isinstance(cls, type) and issubclass(cls, nn.Module)) or not callable(fn):
+        raise TypeError(f"register_alibi_policy({cls!r}, {fn!r}): needs an nn.Module subclass and a function.")
+    _REGISTERED[cls] = fn
+
+
 def default_alibi_policy() -> dict[type, Callable[[nn.Module, int], nn.Module | None]]:
-    """A fresh copy of the classes ALiBi knows and how it converts them."""
+    """A fresh copy of the classes ALiBi knows and how it converts them (registered ones included)."""
     return {
         GPT: _convert_gpt,
         CausalSelfAttention: lambda m, n: AlibiCausalSelfAttention.from_attention(m),  # type: ignore[arg-type]
         nn.MultiheadAttention: lambda m, n: AlibiMultiheadAttention.from_multihead_attention(m),  # type: ignore[arg-type]
+        **_REGISTERED,
     }
 
 

@@ -11,6 +11,8 @@ What the surgery knows (its default *policy*):
 - ``torch.nn.TransformerEncoderLayer`` → its ``linear1`` becomes a :class:`GatedProjection` and its
   activation the identity (in place; PyTorch's fused inference path is turned off for it).
 
+Other libraries' classes are added to the defaults with :func:`register_glu_policy`
+(:mod:`composer_bridge.hf` registers Hugging Face's BERT and GPT-2 feed-forward blocks when imported).
 Your own classes: ``policy={MyFFN: fn}`` with ``fn(module, act_fn, gated_layer_bias,
 non_gated_layer_bias)`` returning the replacement (or ``None``); ``act_fn`` is ``None`` when the
 user left it to the model. :class:`GatedFeedForward` and :class:`GatedProjection` are building blocks.
@@ -53,6 +55,7 @@ __all__ = [
     "GLUPolicy",
     "apply_gated_linear_units",
     "default_glu_policy",
+    "register_glu_policy",
 ]
 
 Activation = Callable[[torch.Tensor], torch.Tensor]
@@ -126,9 +129,24 @@ def _from_encoder_layer(layer: nn.Module, act_fn: Any, gated_layer_bias: bool,
     return layer
 
 
+# Filled only by register_glu_policy (an extension package registering its classes on import).
+_REGISTERED: dict[type, Callable[..., nn.Module | None]] = {}
+
+
+def register_glu_policy(cls: type, fn: Callable[..., nn.Module | None]) -> None:
+    """Add ``cls`` to the default policy: ``fn(module, act_fn, gated_layer_bias, non_gated_layer_bias)``.
+
+    For packages that teach GatedLinearUnits another library's classes (``import composer_bridge.hf``
+    does it for Hugging Face models); registering a class again replaces its function.
+    """
+    if not (isinstance(cls, type) and issubclass(cls, nn.Module)) or not callable(fn):
+        raise TypeError(f"register_glu_policy({cls!r}, {fn!r}): needs an nn.Module subclass and a function.")
+    _REGISTERED[cls] = fn
+
+
 def default_glu_policy() -> dict[type, Callable[..., nn.Module | None]]:
-    """A fresh copy of the classes GatedLinearUnits knows and how it converts them."""
-    return {FeedForward: _from_feed_forward, nn.TransformerEncoderLayer: _from_encoder_layer}
+    """A fresh copy of the classes GatedLinearUnits knows and how it converts them (registered ones included)."""
+    return {FeedForward: _from_feed_forward, nn.TransformerEncoderLayer: _from_encoder_layer, **_REGISTERED}
 
 
 def _check(act_fn: Any, gated_layer_bias: bool, non_gated_layer_bias: bool, policy: Any) -> None:
