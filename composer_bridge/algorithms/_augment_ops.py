@@ -320,7 +320,7 @@ def magnitudes(name: str, draws: StepDraws, severity: float, height: int, width:
 # --- one step over a batch ----------------------------------------------------------------------
 
 def augment_step(images: torch.Tensor, names: Sequence[str], draws: StepDraws, severity: float,
-                 active: torch.Tensor | None = None) -> torch.Tensor:
+                 active: torch.Tensor | None = None, grouped: bool | None = None) -> torch.Tensor:
     """Apply to each image the op ``names[draws.choice[i]]`` at its drawn magnitude.
 
     Args:
@@ -329,9 +329,12 @@ def augment_step(images: torch.Tensor, names: Sequence[str], draws: StepDraws, s
         draws: this step's draws (from :func:`draw_step`), on any device.
         severity: 0..10.
         active: optional ``(N,)`` bools; images where it is ``False`` are left unchanged.
+        grouped: run each op on the images that chose it (needs the choices on the host), or
+            every op on all images and keep each image's choice; default: grouped on the CPU.
     """
     n, _, h, w = images.shape
-    grouped = images.device.type == "cpu"
+    if grouped is None:
+        grouped = images.device.type == "cpu"
     choice = draws.choice.to(images.device)
     if active is not None:
         choice = torch.where(active.to(images.device), choice, -1)

@@ -98,8 +98,8 @@ def augmix_image(
     Example:
         >>> import torch
         >>> x = torch.rand(2, 3, 8, 8)
-        >>> out = augmix_image(x, severity=0, depth=1, width=1, augmentation_set=["brightness"])
-        >>> torch.allclose(out, x)  # severity 0: brightness factor 1, so the mix is the image itself
+        >>> out = augmix_image(x, severity=0, depth=1, width=1, augmentation_set=["translate_x"])
+        >>> torch.allclose(out, x)  # severity 0 shifts by int(0.1 * 8 / 30) = 0 pixels: the mix is x itself
         True
     """
     names = _check(severity, depth, width, alpha, augmentation_set, "augmix_image")
