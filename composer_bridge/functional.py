@@ -12,7 +12,7 @@ from composer_bridge.algorithms.colout import colout_batch
 from composer_bridge.algorithms.cutmix import cutmix_batch
 from composer_bridge.algorithms.cutout import cutout_batch
 from composer_bridge.algorithms.ema import compute_ema
-from composer_bridge.algorithms.factorize import apply_factorization
+from composer_bridge.algorithms.factorize import apply_factorization, factorize_conv2d, factorize_matrix
 from composer_bridge.algorithms.gated_linear_units import apply_gated_linear_units
 from composer_bridge.algorithms.ghost_batchnorm import apply_ghost_batchnorm
 from composer_bridge.algorithms.gradient_clipping import apply_gradient_clipping
@@ -49,6 +49,8 @@ __all__: list[str] = [
     "compute_ema",
     "cutmix_batch",
     "cutout_batch",
+    "factorize_conv2d",
+    "factorize_matrix",
     "freeze_layers",
     "mixup_batch",
     "randaugment_image",

@@ -4,8 +4,10 @@ A ``Linear(in, out)`` becomes ``Linear(in, k, bias=False)`` then ``Linear(k, out
 convolution becomes a ``KxK`` convolution to ``k`` channels then a ``1x1`` convolution. The surgery
 only does so where ``k`` is small enough to save multiply-adds, and initialises the two factors
 from the truncated SVD of the original weight, so the factorised layer is the best rank-``k``
-approximation of the original (exactly the original at full rank). Composer initialises the
-factors afresh instead.
+approximation of the original (exactly the original when its weight has rank ``k`` or less).
+Composer initialises the factors afresh instead. ``set_rank`` shrinks a factorised layer further,
+fitting the new factors to its outputs on sample inputs (:func:`factorize_matrix`,
+:func:`factorize_conv2d`).
 
 Example:
     >>> import torch
@@ -26,6 +28,7 @@ import torch
 from torch import nn
 from torch.nn.modules.utils import _pair
 
+from composer_bridge.algorithms._low_rank import LowRankSolution, factorize_conv2d, factorize_matrix
 from composer_bridge.algorithms.surgery import (
     Optimizers,
     SurgeryAlgorithm,
@@ -41,7 +44,10 @@ __all__ = [
     "Factorize",
     "FactorizedConv2d",
     "FactorizedLinear",
+    "LowRankSolution",
     "apply_factorization",
+    "factorize_conv2d",
+    "factorize_matrix",
     "factorizing_could_speedup",
 ]
 
@@ -57,7 +63,13 @@ def _max_rank_with_speedup(fan_in: int, out_size: int) -> int:
 
 
 def factorizing_could_speedup(module: nn.Module, latent_size: float) -> bool:
-    """Whether factorising ``module`` (Linear or ungrouped Conv2d) at ``latent_size`` saves multiply-adds."""
+    """Whether factorising ``module`` at ``latent_size`` saves multiply-adds.
+
+    ``module`` is a ``Linear``, an ungrouped ``Conv2d``, or an already factorised layer (then:
+    whether ``latent_size`` is below its current latent size); anything else gives ``False``.
+    """
+    if isinstance(module, _Factorized):
+        return module.should_factorize(latent_size)
     if isinstance(module, nn.Conv2d):
         if module.groups > 1:
             return False
@@ -79,29 +91,126 @@ def _svd_factors(weight: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.T
     return first.to(weight.dtype), second.to(weight.dtype)
 
 
-def _check_rank(name: str, rank: int, largest: int, what: str) -> None:
+def _check_latent(where: str, name: str, requested: float, rank: int, largest: int, shape: str) -> None:
+    """Refuse a latent size that saves no multiply-adds (Composer refuses these too)."""
+    if largest < 1:
+        raise ValueError(
+            f"{where}({name}={requested!r}): no latent size saves multiply-adds on a {shape} layer; leave it "
+            "unfactorised."
+        )
     if not 1 <= rank <= largest:
-        raise ValueError(f"{name}: the latent size {rank} must be between 1 and {largest} ({what}).")
+        raise ValueError(
+            f"{where}({name}={requested!r}): a latent size of {rank} saves no multiply-adds on a {shape} layer; "
+            f"give a size between 1 and {largest} (the largest whose two factors cost less than the original)."
+        )
 
 
-class FactorizedLinear(nn.Module):
-    """``module1(module0(x))``: ``Linear(in, latent, bias=False)`` then ``Linear(latent, out)``."""
+class _Factorized(nn.Module):
+    """What the two factorised layers share: the forward pass and rank changes (``set_rank``)."""
 
-    def __init__(self, in_features: int, out_features: int, latent_features: float = 0.25, bias: bool = True) -> None:
+    module0: nn.Module
+    module1: nn.Module
+    latent_size: int
+    in_size: int
+    out_size: int
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.module1(self.module0(x))
+
+    def reset_parameters(self) -> None:
+        """Re-initialise both factors as freshly built ``nn`` layers (Composer's initialisation)."""
+        self.module0.reset_parameters()
+        self.module1.reset_parameters()
+
+    def should_factorize(self, proposed_rank: float) -> bool:
+        """Whether ``proposed_rank`` is below the current latent size (so :meth:`set_rank` saves work)."""
+        return _latent_size(proposed_rank, self.in_size, self.out_size) < self.latent_size
+
+    def solution_for_rank(self, input: torch.Tensor, rank: int) -> LowRankSolution:
+        """The rank-``rank`` factors that best preserve this layer's outputs on ``input`` (not installed)."""
+        raise NotImplementedError
+
+    def _weights_from(self, solution: LowRankSolution) -> tuple[torch.Tensor, torch.Tensor]:
+        raise NotImplementedError
+
+    def _set_latent_shapes(self, rank: int) -> None:
+        raise NotImplementedError
+
+    def apply_solution(self, solution: LowRankSolution) -> None:
+        """Install ``solution``'s factors (new parameters: rebuild or update the optimizer afterwards)."""
+        if solution.rank < 1 or solution.Wa is None or solution.Wb is None:
+            raise ValueError(
+                f"{type(self).__name__}.apply_solution needs a factorised solution (rank >= 1), got "
+                f"rank={solution.rank}."
+            )
+        first, second = self._weights_from(solution)
+        weight0, weight1 = self.module0.weight, self.module1.weight
+        self.module0.weight = nn.Parameter(first.to(device=weight0.device, dtype=weight0.dtype))
+        self.module1.weight = nn.Parameter(second.to(device=weight1.device, dtype=weight1.dtype))
+        if self.module1.bias is not None and solution.bias is not None:
+            with torch.no_grad():
+                self.module1.bias.copy_(solution.bias)
+        self.latent_size = solution.rank
+        self._set_latent_shapes(solution.rank)
+
+    def set_rank(self, input: torch.Tensor, rank: int) -> None:
+        """Shrink the latent size to ``rank``, fitting the new factors to this layer's outputs on ``input``.
+
+        The new factors minimise the squared error between the layer's outputs before and after on
+        ``input`` (:func:`factorize_matrix`); ``rank`` equal to the current size changes nothing.
+        The parameters are new objects: rebuild the optimizer (or its param group) afterwards.
+
+        Raises:
+            ValueError: ``rank`` is not a whole number between 1 and the current latent size.
+        """
+        if isinstance(rank, bool) or not isinstance(rank, int) or not 1 <= rank <= self.latent_size:
+            raise ValueError(
+                f"{type(self).__name__}.set_rank(rank={rank!r}): the rank can only shrink; give a whole number "
+                f"between 1 and the current latent size {self.latent_size}."
+            )
+        if rank < self.latent_size:
+            self.apply_solution(self.solution_for_rank(input, rank))
+
+
+class FactorizedLinear(_Factorized):
+    """``module1(module0(x))``: ``Linear(in, latent, bias=False)`` then ``Linear(latent, out)``.
+
+    Composer's argument order (``bias`` before ``latent_features``). A latent size that saves no
+    multiply-adds (see :meth:`max_allowed_latent_features`) raises ``ValueError``.
+
+    Example:
+        >>> layer = FactorizedLinear(64, 32, latent_features=8)
+        >>> layer.module0.weight.shape, FactorizedLinear.max_allowed_latent_features(64, 32)
+        (torch.Size([8, 64]), 21)
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, latent_features: float = 0.25) -> None:
         super().__init__()
-        self.in_features = in_features
-        self.out_features = out_features
-        self.latent_features = _latent_size(latent_features, in_features, out_features)
-        _check_rank("FactorizedLinear", self.latent_features, min(in_features, out_features), "min(in, out)")
-        self.module0 = nn.Linear(in_features, self.latent_features, bias=False)
-        self.module1 = nn.Linear(self.latent_features, out_features, bias=bias)
+        self.in_size, self.out_size = in_features, out_features
+        self.latent_size = _latent_size(latent_features, in_features, out_features)
+        _check_latent("FactorizedLinear", "latent_features", latent_features, self.latent_size,
+                      _max_rank_with_speedup(in_features, out_features), f"{in_features} -> {out_features}")
+        self.module0 = nn.Linear(in_features, self.latent_size, bias=False)
+        self.module1 = nn.Linear(self.latent_size, out_features, bias=bias)
+
+    in_features = property(lambda self: self.in_size, doc="As ``nn.Linear.in_features``.")
+    out_features = property(lambda self: self.out_size, doc="As ``nn.Linear.out_features``.")
+    latent_features = property(lambda self: self.latent_size, doc="The width between the two factors.")
+
+    @staticmethod
+    def max_allowed_latent_features(in_features: int, out_features: int) -> int:
+        """The largest latent size whose two factors need fewer multiply-adds than ``Linear(in, out)``."""
+        return _max_rank_with_speedup(in_features, out_features)
 
     @classmethod
-    def from_linear(cls, linear: nn.Linear, latent_features: float = 0.25) -> FactorizedLinear:
-        """The best rank-``latent_features`` approximation of ``linear`` (truncated SVD)."""
-        new = cls(linear.in_features, linear.out_features, latent_features, bias=linear.bias is not None)
+    def from_linear(cls, linear: nn.Linear, module_ix: int = -1, latent_features: float = 0.25) -> FactorizedLinear:
+        """The best rank-``latent_features`` approximation of ``linear`` (truncated SVD of its weight).
+
+        ``module_ix`` is accepted for Composer's signature and unused.
+        """
+        new = cls(linear.in_features, linear.out_features, bias=linear.bias is not None, latent_features=latent_features)
         new.to(device=linear.weight.device, dtype=linear.weight.dtype)
-        first, second = _svd_factors(linear.weight, new.latent_features)
+        first, second = _svd_factors(linear.weight, new.latent_size)
         with torch.no_grad():
             new.module0.weight.copy_(first)
             new.module1.weight.copy_(second)
@@ -109,12 +218,36 @@ class FactorizedLinear(nn.Module):
                 new.module1.bias.copy_(linear.bias)
         return new
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.module1(self.module0(x))
+    def solution_for_rank(self, input: torch.Tensor, rank: int) -> LowRankSolution:
+        inputs = input.detach().reshape(-1, self.in_size)
+        with torch.no_grad():
+            outputs = self(inputs)
+        return factorize_matrix(inputs, outputs, self.module0.weight.T, self.module1.weight.T,
+                                bias=self.module1.bias, rank=rank)
+
+    def _weights_from(self, solution: LowRankSolution) -> tuple[torch.Tensor, torch.Tensor]:
+        assert solution.Wa is not None and solution.Wb is not None
+        return solution.Wa.T.contiguous(), solution.Wb.T.contiguous()
+
+    def _set_latent_shapes(self, rank: int) -> None:
+        self.module0.out_features = rank
+        self.module1.in_features = rank
+
+    # Composer names this static method of FactorizedLinear "..._channels"; both names work here.
+    max_allowed_latent_channels = max_allowed_latent_features
 
 
-class FactorizedConv2d(nn.Module):
-    """A ``KxK`` convolution to ``latent_channels`` channels (no bias), then a ``1x1`` convolution."""
+class FactorizedConv2d(_Factorized):
+    """A ``KxK`` convolution to ``latent_channels`` channels (no bias), then a ``1x1`` convolution.
+
+    A latent size that saves no multiply-adds (see :meth:`max_allowed_latent_channels`) raises
+    ``ValueError``; so do grouped convolutions (``NotImplementedError``, as in Composer).
+
+    Example:
+        >>> layer = FactorizedConv2d(16, 16, 3, latent_channels=4, padding=1)
+        >>> layer(torch.randn(1, 16, 8, 8)).shape, FactorizedConv2d.max_allowed_latent_channels(16, 16, 3)
+        (torch.Size([1, 16, 8, 8]), 14)
+    """
 
     def __init__(
         self,
@@ -125,30 +258,45 @@ class FactorizedConv2d(nn.Module):
         stride: int | tuple[int, int] = 1,
         padding: int | tuple[int, int] | str = 0,
         dilation: int | tuple[int, int] = 1,
+        groups: int = 1,
         bias: bool = True,
         padding_mode: str = "zeros",
     ) -> None:
         super().__init__()
-        self.in_channels = in_channels
-        self.out_channels = out_channels
-        self.latent_channels = _latent_size(latent_channels, in_channels, out_channels)
+        if groups != 1:
+            raise NotImplementedError(f"FactorizedConv2d cannot factorise a grouped convolution (groups={groups}).")
+        self.in_size, self.out_size = in_channels, out_channels
+        self.kernel_size = _pair(kernel_size)
+        self.latent_size = _latent_size(latent_channels, in_channels, out_channels)
+        _check_latent("FactorizedConv2d", "latent_channels", latent_channels, self.latent_size,
+                      self.max_allowed_latent_channels(in_channels, out_channels, kernel_size),
+                      f"{in_channels} -> {out_channels} channels, {self.kernel_size[0]}x{self.kernel_size[1]}")
+        self.convolution_kwargs = {"stride": stride, "padding": padding, "dilation": dilation,
+                                   "padding_mode": padding_mode}
+        self.module0 = nn.Conv2d(in_channels, self.latent_size, kernel_size, bias=False, **self.convolution_kwargs)
+        self.module1 = nn.Conv2d(self.latent_size, out_channels, 1, bias=bias)
+
+    in_channels = property(lambda self: self.in_size, doc="As ``nn.Conv2d.in_channels``.")
+    out_channels = property(lambda self: self.out_size, doc="As ``nn.Conv2d.out_channels``.")
+    latent_channels = property(lambda self: self.latent_size, doc="The channels between the two convolutions.")
+
+    @staticmethod
+    def max_allowed_latent_channels(in_channels: int, out_channels: int, kernel_size: int | tuple[int, int]) -> int:
+        """The largest latent size whose two convolutions need fewer multiply-adds than the original."""
         kh, kw = _pair(kernel_size)
-        _check_rank("FactorizedConv2d", self.latent_channels, min(out_channels, in_channels * kh * kw),
-                    "min(out_channels, in_channels * kernel area)")
-        self.module0 = nn.Conv2d(in_channels, self.latent_channels, kernel_size, stride=stride, padding=padding,
-                                 dilation=dilation, bias=False, padding_mode=padding_mode)
-        self.module1 = nn.Conv2d(self.latent_channels, out_channels, 1, bias=bias)
+        return _max_rank_with_speedup(in_channels * kh * kw, out_channels)
 
     @classmethod
-    def from_conv2d(cls, conv: nn.Conv2d, latent_channels: float = 0.25) -> FactorizedConv2d:
-        """The best rank-``latent_channels`` approximation of ``conv`` (truncated SVD of its weight)."""
-        if conv.groups != 1:
-            raise ValueError(f"FactorizedConv2d cannot factorise a grouped convolution (groups={conv.groups}).")
+    def from_conv2d(cls, conv: nn.Conv2d, module_ix: int = -1, latent_channels: float = 0.25) -> FactorizedConv2d:
+        """The best rank-``latent_channels`` approximation of ``conv`` (truncated SVD of its weight).
+
+        ``module_ix`` is accepted for Composer's signature and unused.
+        """
         new = cls(conv.in_channels, conv.out_channels, conv.kernel_size, latent_channels, stride=conv.stride,
-                  padding=conv.padding, dilation=conv.dilation, bias=conv.bias is not None,
+                  padding=conv.padding, dilation=conv.dilation, groups=conv.groups, bias=conv.bias is not None,
                   padding_mode=conv.padding_mode)
         new.to(device=conv.weight.device, dtype=conv.weight.dtype)
-        first, second = _svd_factors(conv.weight.reshape(conv.out_channels, -1), new.latent_channels)
+        first, second = _svd_factors(conv.weight.reshape(conv.out_channels, -1), new.latent_size)
         with torch.no_grad():
             new.module0.weight.copy_(first.reshape(new.module0.weight.shape))
             new.module1.weight.copy_(second.reshape(new.module1.weight.shape))
@@ -156,8 +304,20 @@ class FactorizedConv2d(nn.Module):
                 new.module1.bias.copy_(conv.bias)
         return new
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.module1(self.module0(x))
+    def solution_for_rank(self, input: torch.Tensor, rank: int) -> LowRankSolution:
+        return factorize_conv2d(input, self.module0.weight, self.module1.weight, rank=rank,
+                                biasA=self.module0.bias, biasB=self.module1.bias, **self.convolution_kwargs)
+
+    def _weights_from(self, solution: LowRankSolution) -> tuple[torch.Tensor, torch.Tensor]:
+        assert solution.Wa is not None and solution.Wb is not None
+        return solution.Wa.contiguous(), solution.Wb.contiguous()
+
+    def _set_latent_shapes(self, rank: int) -> None:
+        self.module0.out_channels = rank
+        self.module1.in_channels = rank
+
+    # Composer names this static method of FactorizedConv2d "..._features"; both names work here.
+    max_allowed_latent_features = max_allowed_latent_channels
 
 
 def _check(factorize_convs: bool, factorize_linears: bool, min_channels: int, latent_channels: float,
@@ -207,23 +367,26 @@ def apply_factorization(
         The number of layers factorised (a warning is raised when it is zero).
     """
     _check(factorize_convs, factorize_linears, min_channels, latent_channels, min_features, latent_features)
-    uses = Counter(id(p) for _, p in model.named_parameters(remove_duplicate=False))
+    # A parameter is tied when two *different* modules hold it (a head sharing the embedding's weight).
+    # One module reachable under two names (self.conv1 and self.layers[0]) holds its parameters once:
+    # it is not tied, and the surgery replaces it in both places.
+    holders = Counter(id(p) for m in model.modules() for p in m.parameters(recurse=False))
 
     def tied(module: nn.Module) -> bool:
-        return any(uses[id(p)] > 1 for p in module.parameters(recurse=False))
+        return any(holders[id(p)] > 1 for p in module.parameters(recurse=False))
 
     def maybe_conv(conv: nn.Module, index: int) -> nn.Module | None:
         assert isinstance(conv, nn.Conv2d)
         wide = min(conv.in_channels, conv.out_channels) >= min_channels
         if wide and not tied(conv) and factorizing_could_speedup(conv, latent_channels):
-            return FactorizedConv2d.from_conv2d(conv, latent_channels)
+            return FactorizedConv2d.from_conv2d(conv, latent_channels=latent_channels)
         return None
 
     def maybe_linear(linear: nn.Module, index: int) -> nn.Module | None:
         assert isinstance(linear, nn.Linear)
         wide = min(linear.in_features, linear.out_features) >= min_features
         if wide and not tied(linear) and factorizing_could_speedup(linear, latent_features):
-            return FactorizedLinear.from_linear(linear, latent_features)
+            return FactorizedLinear.from_linear(linear, latent_features=latent_features)
         return None
 
     policies = {}
