@@ -1,0 +1,154 @@
+"""ALiBi on Hugging Face GPT-2, BERT and Llama, checked against attention computed by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import composer_bridge.hf as hf
+from composer_bridge.algorithms import Alibi
+from composer_bridge.algorithms.surgery import NoEffectWarning
+from composer_bridge.functional import apply_alibi
+
+
+def reference_bias(heads: int, queries: int, keys: int) -> torch.Tensor:
+    """Press et al.'s bias written out: slope_h = 2^(-8 (h+1) / heads), -slope_h * |i - j|, queries last."""
+    out = torch.empty(heads, queries, keys)
+    for h in range(heads):
+        slope = 2.0 ** (-8.0 * (h + 1) / heads)
+        for i in range(queries):
+            for j in range(keys):
+                out[h, i, j] = -slope * abs(i + keys - queries - j)
+    return out
+
+
+def reference_attention(q, k, v, heads, bias, allowed):
+    """softmax(q k^T / sqrt(d) + bias, over allowed keys) v, per head; q/k/v are (B, S, D)."""
+    b, s, d = q.shape
+    split = lambda t: t.view(b, t.shape[1], heads, d // heads).transpose(1, 2)  # noqa: E731
+    scores = split(q) @ split(k).transpose(-1, -2) / math.sqrt(d // heads) + bias
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    return (scores.softmax(-1) @ split(v)).transpose(1, 2).reshape(b, s, d)
+
+
+def test_mask_holds_press_et_al_biases_under_the_masks_it_is_given():
+    slopes = torch.tensor([2.0 ** (-8 * (h + 1) / 4) for h in range(4)])
+    expected = reference_bias(4, 3, 5)
+    causal = hf.alibi_attention_mask(None, slopes, 3, 5, causal=True, dtype=torch.float32)
+    visible = torch.arange(5)[None, :] <= torch.arange(3)[:, None] + 2
+    assert torch.allclose(causal[0][:, visible], expected[:, visible])
+    assert bool((causal[0][:, ~visible] == torch.finfo(torch.float32).min).all())
+    keep = torch.tensor([True, True, False, True, True]).view(1, 1, 1, 5)
+    padded = hf.alibi_attention_mask(keep, slopes, 3, 5, causal=False, dtype=torch.float32)
+    assert torch.allclose(padded[0, :, :, [0, 1, 3, 4]], expected[:, :, [0, 1, 3, 4]])
+    additive = torch.zeros(2, 1, 3, 5)
+    additive[1, ..., 0] = -7.0
+    summed = hf.alibi_attention_mask(additive, slopes, 3, 5, causal=False, dtype=torch.float32)
+    assert torch.allclose(summed, expected[None] + additive)
+
+
+@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
+def test_gpt2_attention_is_causal_attention_with_alibi_biases(gpt2, implementation):
+    model = gpt2()
+    model.set_attn_implementation(implementation)
+    assert apply_alibi(model, max_sequence_length=96) == 3  # wpe + 2 attention layers
+    attention = model.transformer.h[0].attn
+    assert isinstance(attention, hf.AlibiGPT2Attention)
+    x = torch.randn(2, 70, 32)  # longer than n_positions=64
+    q, k, v = attention.c_attn(x).split(32, dim=2)
+    allowed = torch.ones(70, 70, dtype=torch.bool).tril()
+    expected = attention.c_proj(reference_attention(q, k, v, 2, reference_bias(2, 70, 70), allowed))
+    with torch.no_grad():
+        got = model.transformer.h[0].attn(x)[0]
+    assert torch.allclose(got, expected.detach(), atol=1e-5)
+
+
+def test_gpt2_position_embedding_is_zeroed_frozen_resized_and_the_config_follows(gpt2):
+    model = gpt2()
+    apply_alibi(model, max_sequence_length=96)
+    wpe = model.transformer.wpe
+    assert wpe.num_embeddings == 96 and not wpe.weight.requires_grad and not bool(wpe.weight.any())
+    assert model.config.n_positions == 96 and model.config.max_position_embeddings == 96
+    with pytest.warns(NoEffectWarning):
+        assert apply_alibi(model, max_sequence_length=96) == 0  # twice = once
+
+
+def test_gpt2_cached_decoding_matches_the_full_forward(gpt2):
+    model = gpt2().eval()
+    apply_alibi(model, max_sequence_length=64)
+    ids = torch.randint(0, 64, (1, 12), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        full = model(ids).logits
+        first = model(ids[:, :8], use_cache=True)
+        step = model(ids[:, 8:9], past_key_values=first.past_key_values, use_cache=True).logits
+    assert torch.allclose(step[0, -1], full[0, 8], atol=1e-5)
+
+
+@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
+def test_bert_attention_is_bidirectional_alibi_and_respects_padding(bert, implementation):
+    model = bert()
+    model.set_attn_implementation(implementation)
+    assert apply_alibi(model, max_sequence_length=80) == 3  # BertModel's embeddings + 2 layers
+    embeddings = model.bert.embeddings
+    assert embeddings.position_embeddings.num_embeddings == 80 and not bool(embeddings.position_embeddings.weight.any())
+    assert embeddings.position_ids.shape == (1, 80) and model.config.max_position_embeddings == 80
+
+    ids = torch.randint(1, 64, (2, 70), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones(2, 70, dtype=torch.long)
+    mask[1, 60:] = 0
+    captured = {}
+    layer = model.bert.encoder.layer[0].attention.self
+    hook = layer.register_forward_hook(lambda m, args, kwargs, out: captured.update(x=args[0], out=out[0]),
+                                       with_kwargs=True)
+    with torch.no_grad():
+        model(input_ids=ids, attention_mask=mask)
+    hook.remove()
+    x = captured["x"]
+    allowed = mask.bool()[:, None, None, :].expand(2, 1, 70, 70)
+    expected = reference_attention(layer.query(x), layer.key(x), layer.value(x), 2, reference_bias(2, 70, 70), allowed)
+    assert torch.allclose(captured["out"][0], expected[0], atol=1e-5)
+    assert torch.allclose(captured["out"][1, :60], expected[1, :60], atol=1e-5)  # padded queries: anything
+
+
+def test_llama_attention_drops_rotary_for_alibi(llama):
+    model = llama()
+    assert apply_alibi(model, max_sequence_length=64) == 2  # no position embedding to remove
+    layer = model.model.layers[0].self_attn
+    assert isinstance(layer, hf.AlibiLlamaAttention)
+    captured = {}
+    hook = layer.register_forward_hook(lambda m, args, kwargs, out: captured.update(x=kwargs["hidden_states"],
+                                                                                    out=out[0]), with_kwargs=True)
+    ids = torch.randint(0, 64, (2, 20), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        model(ids)
+        hook.remove()
+        x = captured["x"]
+        allowed = torch.ones(20, 20, dtype=torch.bool).tril()
+        heads = reference_attention(layer.q_proj(x), layer.k_proj(x), layer.v_proj(x), 4, reference_bias(4, 20, 20),
+                                    allowed)
+        expected = layer.o_proj(heads)
+    assert torch.allclose(captured["out"], expected, atol=1e-5)
+
+
+def test_alibi_from_a_recipe_finds_hf_classes_and_refuses_unsupported_attention(gpt2):
+    from composer_bridge import recipes
+
+    alibi = next(a for a in recipes.language("gpt", max_seq_length=64) if isinstance(a, Alibi))
+    assert apply_alibi(gpt2(), alibi.max_sequence_length, policy=alibi.policy) == 3
+    model = gpt2()
+    model.config._attn_implementation = "flash_attention_2"  # what a user would have set on a GPU
+    with pytest.raises(ValueError, match="attn_implementation='flash_attention_2'.*sdpa"):
+        apply_alibi(model, max_sequence_length=64)
+
+
+def test_alibi_gpt2_trains_with_gradients_flowing_through_the_bias_path(gpt2):
+    model = gpt2()
+    apply_alibi(model, max_sequence_length=64)
+    ids = torch.randint(0, 64, (2, 16))
+    loss = F.cross_entropy(model(ids).logits[:, :-1].reshape(-1, 64), ids[:, 1:].reshape(-1))
+    loss.backward()
+    assert model.transformer.wpe.weight.grad is None
+    assert model.transformer.h[0].attn.c_attn.weight.grad.abs().sum() > 0
