@@ -33,7 +33,23 @@ def _sequence_tensors(batch: Any) -> list[tuple[Any, torch.Tensor]]:
     return [(k, v) for k, v in items if isinstance(v, torch.Tensor) and v.ndim >= 2]
 
 
-def set_batch_sequence_length(batch: Any, curr_seq_len: int, truncate: bool = True) -> Any:
+def _last_tokens_kept(batch: Any, curr_seq_len: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per row: where the last real token is (from ``attention_mask``), and where it goes after the cut."""
+    mask = batch.get("attention_mask") if isinstance(batch, Mapping) else None
+    if not isinstance(mask, torch.Tensor) or mask.ndim != 2:
+        raise ValueError(
+            "set_batch_sequence_length(preserve_end_of_sequence=True) needs a dict batch with a (batch, sequence) "
+            "'attention_mask' to find each row's last token; pass preserve_end_of_sequence=False for batches "
+            "without one."
+        )
+    rows = torch.arange(mask.shape[0], device=mask.device)
+    last = (mask.sum(dim=1).long() - 1).clamp(min=0)  # an empty row keeps its first position
+    return rows, last, last.clamp(max=curr_seq_len - 1)
+
+
+def set_batch_sequence_length(
+    batch: Any, curr_seq_len: int, truncate: bool = True, preserve_end_of_sequence: bool = False
+) -> Any:
     """Cut every ``(batch, sequence, ...)`` tensor of ``batch`` to ``curr_seq_len`` tokens.
 
     With ``truncate=True`` the tail of each sequence is dropped. With ``truncate=False`` the
@@ -46,9 +62,25 @@ def set_batch_sequence_length(batch: Any, curr_seq_len: int, truncate: bool = Tr
         batch: the batch; every tensor with two or more dimensions is a token sequence.
         curr_seq_len: the sequence length to train on, ``>= 1``.
         truncate: drop the tail (``True``) or re-cut all tokens into shorter rows (``False``).
+        preserve_end_of_sequence: when truncating, move each row's last real token (the last
+            position of ``attention_mask``; e.g. an end-of-sequence token) into the last kept
+            position if the cut removed it, in every sequence tensor: ``[10, 11, 12, 13, 14, 15]``
+            cut to 3 gives ``[10, 11, 15]``. Needs a dict batch with ``attention_mask``. Ignored
+            when ``truncate=False``, as in Composer.
+
+    Example:
+        >>> import torch
+        >>> batch = {"input_ids": torch.tensor([[10, 11, 12, 13, 14, 15], [20, 21, 22, 0, 0, 0]]),
+        ...          "attention_mask": torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 0, 0, 0, 0]])}
+        >>> set_batch_sequence_length(batch, 3, preserve_end_of_sequence=True)["input_ids"].tolist()
+        [[10, 11, 15], [20, 21, 22]]
     """
     if isinstance(curr_seq_len, bool) or not isinstance(curr_seq_len, int) or curr_seq_len < 1:
         raise ValueError(f"set_batch_sequence_length(curr_seq_len={curr_seq_len!r}): needs an int >= 1.")
+    if not isinstance(preserve_end_of_sequence, bool):
+        raise TypeError(
+            f"set_batch_sequence_length(preserve_end_of_sequence={preserve_end_of_sequence!r}): must be True or False."
+        )
     tensors = _sequence_tensors(batch)
     if not tensors:
         raise ValueError(
@@ -56,11 +88,17 @@ def set_batch_sequence_length(batch: Any, curr_seq_len: int, truncate: bool = Tr
             "token batches such as {'input_ids': (B, T), 'labels': (B, T)} or (inputs, targets)."
         )
     changed = {}
+    move_last = truncate and preserve_end_of_sequence and any(t.shape[1] > curr_seq_len for _, t in tensors)
+    if move_last:
+        rows, last, target = _last_tokens_kept(batch, curr_seq_len)
     for key, tensor in tensors:
         if tensor.shape[1] <= curr_seq_len:
             continue
         if truncate:
             changed[key] = tensor[:, :curr_seq_len]
+            if move_last:
+                changed[key] = changed[key].clone()
+                changed[key][rows, target] = tensor[rows, last]
         else:
             flat = tensor.reshape(tensor.shape[0] * tensor.shape[1], *tensor.shape[2:])
             keep = (flat.shape[0] // curr_seq_len) * curr_seq_len
@@ -84,10 +122,14 @@ class SeqLengthWarmup(Algorithm):
         max_seq_length: the final sequence length (longer batches are cut to it after the warmup).
         step_size: the length grows in multiples of this many tokens.
         truncate: drop sequence tails (``True``) or re-cut all tokens into shorter rows (``False``).
+        preserve_end_of_sequence: when truncating, keep each row's last real token (e.g. an
+            end-of-sequence token) as the last kept token; needs dict batches with
+            ``attention_mask`` (see :func:`set_batch_sequence_length`).
 
     Example:
         >>> SeqLengthWarmup(duration=0.5, min_seq_length=4, max_seq_length=64, step_size=4)
-        SeqLengthWarmup(duration=0.5, min_seq_length=4, max_seq_length=64, step_size=4, truncate=True)
+        SeqLengthWarmup(duration=0.5, min_seq_length=4, max_seq_length=64, step_size=4, truncate=True,
+                        preserve_end_of_sequence=False)
     """
 
     unique = True
@@ -99,6 +141,7 @@ class SeqLengthWarmup(Algorithm):
         max_seq_length: int = 1024,
         step_size: int = 8,
         truncate: bool = True,
+        preserve_end_of_sequence: bool = False,
     ) -> None:
         self._duration = schedule_point(duration, "duration", "SeqLengthWarmup")
         for name, value in (("min_seq_length", min_seq_length), ("max_seq_length", max_seq_length),
@@ -112,11 +155,16 @@ class SeqLengthWarmup(Algorithm):
             )
         if not isinstance(truncate, bool):
             raise TypeError(f"SeqLengthWarmup(truncate={truncate!r}): truncate must be True or False.")
+        if not isinstance(preserve_end_of_sequence, bool):
+            raise TypeError(
+                f"SeqLengthWarmup(preserve_end_of_sequence={preserve_end_of_sequence!r}): must be True or False."
+            )
         self.duration = duration
         self.min_seq_length = min_seq_length
         self.max_seq_length = max_seq_length
         self.step_size = step_size
         self.truncate = truncate
+        self.preserve_end_of_sequence = preserve_end_of_sequence
 
     def current_length(self, state: State) -> int:
         """The sequence length for the current step."""
@@ -155,5 +203,5 @@ class SeqLengthWarmup(Algorithm):
 
     def apply(self, event: Event, state: State, logger: Logger) -> None:
         length = self.current_length(state)
-        state.batch = set_batch_sequence_length(state.batch, length, self.truncate)
+        state.batch = set_batch_sequence_length(state.batch, length, self.truncate, self.preserve_end_of_sequence)
         logger.log_metrics({"SeqLengthWarmup/current_seq_length": length})

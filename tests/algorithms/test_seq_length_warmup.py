@@ -26,6 +26,32 @@ def test_truncation_and_recutting_match_explicit_slicing() -> None:
     assert x.shape == y.shape == (3, 7)
 
 
+def test_preserve_end_of_sequence_keeps_each_rows_last_real_token_as_its_last_kept_token() -> None:
+    g = torch.Generator().manual_seed(0)
+    lengths = torch.tensor([10, 3, 6, 1, 0])
+    mask = (torch.arange(10)[None, :] < lengths[:, None]).long()
+    ids = torch.randint(1, 1000, (5, 10), generator=g) * mask
+    embeds = torch.randn(5, 10, 2, generator=g)  # a sequence tensor with a trailing feature dimension
+    batch = {"input_ids": ids, "attention_mask": mask, "embeds": embeds, "row": torch.arange(5)}
+    before = {k: v.clone() for k, v in batch.items()}
+    cut = set_batch_sequence_length(batch, 4, preserve_end_of_sequence=True)
+    for key in ("input_ids", "attention_mask", "embeds"):
+        for row, n in enumerate(lengths.tolist()):
+            expected = before[key][row, :4].clone()
+            if n > 4:  # the cut removed the last real token: it replaces the last kept one
+                expected[3] = before[key][row, n - 1]
+            assert torch.equal(cut[key][row], expected), (key, row)
+    assert all(torch.equal(batch[k], before[k]) for k in batch), "the input batch is not modified"
+    plain = set_batch_sequence_length(batch, 4, truncate=False, preserve_end_of_sequence=True)  # ignored, as Composer
+    assert torch.equal(plain["input_ids"], set_batch_sequence_length(batch, 4, truncate=False)["input_ids"])
+    with pytest.raises(ValueError, match="attention_mask"):
+        set_batch_sequence_length({"input_ids": ids}, 4, preserve_end_of_sequence=True)
+    with pytest.raises(ValueError, match="attention_mask"):
+        set_batch_sequence_length((ids, ids), 4, preserve_end_of_sequence=True)
+    algorithm = SeqLengthWarmup(duration="1ba", min_seq_length=4, max_seq_length=4, preserve_end_of_sequence=True)
+    assert eval(repr(algorithm)) == algorithm and algorithm.preserve_end_of_sequence
+
+
 def test_schedule_grows_linearly_in_steps_of_step_size() -> None:
     algorithm = SeqLengthWarmup(duration="8ba", min_seq_length=4, max_seq_length=16, step_size=4)
     state = State(torch.nn.Linear(1, 1))
@@ -39,7 +65,8 @@ def test_schedule_grows_linearly_in_steps_of_step_size() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "name"),
     [({"duration": 2.0}, "duration"), ({"duration": "10sp"}, "duration"), ({"min_seq_length": 0}, "min_seq_length"),
-     ({"step_size": 1.5}, "step_size"), ({"min_seq_length": 64, "max_seq_length": 8}, "max_seq_length")],
+     ({"step_size": 1.5}, "step_size"), ({"min_seq_length": 64, "max_seq_length": 8}, "max_seq_length"),
+     ({"preserve_end_of_sequence": 1}, "preserve_end_of_sequence")],
 )
 def test_bad_hyperparameters_are_named(kwargs: dict, name: str) -> None:
     with pytest.raises((ValueError, TypeError), match=name):
