@@ -152,6 +152,7 @@ size_increment=4, resize_targets=False, input_key=0, target_key=1)
     """
 
     unique = True
+    augments_data = True
 
     def __init__(
         self,
