@@ -189,6 +189,7 @@ class AugMix(Algorithm):
     """
 
     unique = True
+    augments_data = True
 
     def __init__(
         self,

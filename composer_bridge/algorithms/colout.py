@@ -1,8 +1,10 @@
 """ColOut: drop random rows and columns of the training images, shrinking them a little.
 
 Functional form :func:`colout_batch`; the :class:`ColOut` algorithm applies it to every training
-micro-batch at ``AFTER_DATALOADER`` (the same rows and columns for every image of the batch, and
-for per-pixel targets when they have the images' height and width).
+micro-batch at ``AFTER_DATALOADER`` (the same rows and columns for every image of the batch, or,
+with ``batch=False``, different ones for each image; per-pixel targets with the images' height and
+width lose the same ones as their image). :class:`ColOutTransform` does it to single samples in a
+``Dataset``. Tensor operations only (no Pillow, no torchvision).
 
 Example:
     >>> import torch
@@ -26,7 +28,7 @@ if TYPE_CHECKING:
     from composer_bridge.core.logger import Logger
     from composer_bridge.core.state import State
 
-__all__ = ["ColOut", "colout_batch"]
+__all__ = ["ColOut", "ColOutTransform", "colout_batch"]
 
 
 def _check_fraction(name: str, value: float, where: str) -> None:
@@ -59,17 +61,40 @@ def _kept_indices(size: int, p_drop: float, device: torch.device, generator: tor
     return order[:kept].sort().values
 
 
+def _kept_per_sample(
+    n: int, size: int, p_drop: float, device: torch.device, generator: torch.Generator | None
+) -> torch.Tensor:
+    """``(n, kept)`` sorted indices: each row an independent uniform choice of ``kept`` of ``size`` positions."""
+    kept = max(1, int((1.0 - p_drop) * size))
+    gen_device = generator.device if generator is not None else device
+    scores = torch.rand(n, size, generator=generator, device=gen_device).to(device)
+    return scores.argsort(dim=1)[:, :kept].sort(dim=1).values
+
+
+def _take_per_sample(x: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+    """``x[i, ..., rows[i], :][..., cols[i]]`` for every sample ``i`` of ``x`` (``(N, ..., H, W)``)."""
+    flat = x.reshape(x.shape[0], -1, x.shape[-2], x.shape[-1])
+    n, c, _, width = flat.shape
+    flat = flat.gather(2, rows[:, None, :, None].expand(n, c, rows.shape[1], width))
+    flat = flat.gather(3, cols[:1, None, None, :].expand(n, c, rows.shape[1], cols.shape[1]))
+    return flat.reshape(*x.shape[:-2], rows.shape[1], cols.shape[1])
+
+
 def colout_batch(
     sample: torch.Tensor | tuple[torch.Tensor, torch.Tensor],
     p_row: float = 0.15,
     p_col: float = 0.15,
     resize_target: bool | str = "auto",
     generator: torch.Generator | None = None,
+    *,
+    per_sample: bool = False,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """Drop the same random rows and columns from a batch of images (and optionally its targets).
+    """Drop random rows and columns from a batch of images (and optionally its targets).
 
     ``int((1 - p_row) * H)`` rows and ``int((1 - p_col) * W)`` columns are kept (at least one
-    each), in their original order.
+    each), in their original order: the same ones for every image, or, with ``per_sample=True``,
+    an independent choice for each image of an ``(N, C, H, W)`` batch (its target loses the
+    same ones as its image). The output keeps one size either way.
 
     Args:
         sample: images ``(N, C, H, W)`` or one image ``(C, H, W)``, or a pair ``(images, targets)``.
@@ -78,6 +103,8 @@ def colout_batch(
         resize_target: for a pair, whether to drop the same rows and columns from the targets;
             ``'auto'`` (default) does so when the targets have the images' height and width.
         generator: the source of the draws (best on the images' device).
+        per_sample: draw the rows and columns separately for each image of the batch (Composer's
+            ``batch=False`` behaviour, done on the batch's device).
 
     Returns:
         The smaller images, or the pair ``(images, targets)`` when ``sample`` is a pair
@@ -97,15 +124,87 @@ def colout_batch(
     images = sample[0] if pair else sample
     if not isinstance(images, torch.Tensor) or images.ndim < 2:
         raise TypeError(f"colout_batch needs image tensors (N, C, H, W) or (C, H, W), got {type(images).__name__}.")
-    rows = _kept_indices(images.shape[-2], p_row, images.device, generator)
-    cols = _kept_indices(images.shape[-1], p_col, images.device, generator)
-    smaller = images.index_select(-2, rows).index_select(-1, cols)
-    if not pair:
-        return smaller
-    target = sample[1]
-    if _should_resize_target(images, target, resize_target):
-        target = target.index_select(-2, rows).index_select(-1, cols)
-    return smaller, target
+    if per_sample and images.ndim < 4:
+        raise ValueError(
+            f"colout_batch(per_sample=True) needs a batch of images (N, C, H, W), got shape {tuple(images.shape)}; "
+            "a single image is one sample already: use per_sample=False."
+        )
+    target = sample[1] if pair else None
+    resize = pair and _should_resize_target(images, target, resize_target)
+    if resize and (not isinstance(target, torch.Tensor) or target.ndim < 2):
+        raise TypeError(f"colout_batch(resize_target=True) needs a target tensor (..., H, W), got {type(target).__name__}.")
+    if per_sample:
+        rows = _kept_per_sample(images.shape[0], images.shape[-2], p_row, images.device, generator)
+        cols = _kept_per_sample(images.shape[0], images.shape[-1], p_col, images.device, generator)
+        smaller = _take_per_sample(images, rows, cols)
+        if resize:
+            target = _take_per_sample(target, rows.to(target.device), cols.to(target.device))
+    else:
+        rows = _kept_indices(images.shape[-2], p_row, images.device, generator)
+        cols = _kept_indices(images.shape[-1], p_col, images.device, generator)
+        smaller = images.index_select(-2, rows).index_select(-1, cols)
+        if resize:
+            target = target.index_select(-2, rows.to(target.device)).index_select(-1, cols.to(target.device))
+    return (smaller, target) if pair else smaller
+
+
+class ColOutTransform:
+    """Drop random rows and columns from one sample: a dataset transform (tensors only).
+
+    Call it on an image ``(C, H, W)`` or an ``(image, target)`` pair, e.g. in a ``Dataset``'s
+    ``__getitem__`` or a torchvision ``Compose`` after ``ToTensor``. Each call draws afresh (from
+    ``generator`` if given, else torch's global generator, seeded per worker by the DataLoader).
+
+    Args:
+        p_row: fraction of rows to drop, in ``[0, 1]``. Default ``0.15``.
+        p_col: fraction of columns to drop, in ``[0, 1]``. Default ``0.15``.
+        resize_target: drop the same rows and columns from the target: ``True``, ``False`` or
+            ``'auto'`` (default: when the target's last two dimensions are the image's height and
+            width, e.g. an ``(H, W)`` mask).
+        generator: an optional source of the draws.
+
+    Example:
+        >>> import torch
+        >>> transform = ColOutTransform(p_row=0.5, p_col=0.25)
+        >>> image, mask = transform((torch.randn(3, 8, 8), torch.zeros(8, 8)))
+        >>> image.shape, mask.shape
+        (torch.Size([3, 4, 6]), torch.Size([4, 6]))
+    """
+
+    def __init__(
+        self,
+        p_row: float = 0.15,
+        p_col: float = 0.15,
+        resize_target: bool | str = "auto",
+        generator: torch.Generator | None = None,
+    ) -> None:
+        _check_fraction("p_row", p_row, "ColOutTransform")
+        _check_fraction("p_col", p_col, "ColOutTransform")
+        _check_resize_target(resize_target, "ColOutTransform")
+        self.p_row = p_row
+        self.p_col = p_col
+        self.resize_target = resize_target
+        self.generator = generator
+
+    def __call__(
+        self, sample: torch.Tensor | tuple[torch.Tensor, torch.Tensor]
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        pair = isinstance(sample, (tuple, list))
+        images = sample[0] if pair else sample
+        if not isinstance(images, torch.Tensor):
+            raise TypeError(
+                f"ColOutTransform works on tensors (C, H, W), got {type(images).__name__}; convert Pillow images "
+                "first (e.g. torchvision's ToTensor() or PILToTensor() before it in the Compose)."
+            )
+        resize = self.resize_target
+        if pair and resize == "auto":  # one sample: an (H, W) mask is per-pixel too
+            target = sample[1]
+            resize = isinstance(target, torch.Tensor) and target.ndim >= 2 and target.shape[-2:] == images.shape[-2:]
+        return colout_batch(sample, self.p_row, self.p_col, resize, self.generator)
+
+    def __repr__(self) -> str:
+        return (f"ColOutTransform(p_row={self.p_row!r}, p_col={self.p_col!r}, "
+                f"resize_target={self.resize_target!r})")
 
 
 class ColOut(Algorithm):
@@ -118,9 +217,10 @@ class ColOut(Algorithm):
     Args:
         p_row: fraction of rows to drop, in ``[0, 1]``. Default ``0.15``.
         p_col: fraction of columns to drop, in ``[0, 1]``. Default ``0.15``.
-        batch: must be ``True`` (drop per batch on the device). Composer's per-sample mode adds
-            a torchvision dataset transform; here, call :func:`colout_batch` on ``(image, target)``
-            in your ``Dataset`` instead.
+        batch: ``True`` (default): the same rows and columns for every image of the micro-batch.
+            ``False``: an independent choice for each image (Composer's per-sample mode), still
+            at ``AFTER_DATALOADER`` on the batch's device; Composer instead installs a dataset
+            transform (use :class:`ColOutTransform` in your ``Dataset`` for that).
         resize_target: drop the same rows and columns from the targets: ``True``, ``False``, or
             ``'auto'`` (default: when the targets have the images' height and width).
         input_key: where the inputs are in the batch (index, dict key or ``(getter, setter)``).
@@ -132,6 +232,7 @@ class ColOut(Algorithm):
     """
 
     unique = True
+    augments_data = True
 
     def __init__(
         self,
@@ -145,12 +246,10 @@ class ColOut(Algorithm):
         _check_fraction("p_row", p_row, "ColOut")
         _check_fraction("p_col", p_col, "ColOut")
         _check_resize_target(resize_target, "ColOut")
-        if batch is not True:
-            raise ValueError(
-                f"ColOut(batch={batch!r}): only batch=True is supported. Composer's batch=False installs a "
-                "torchvision dataset transform, and composer_bridge does not depend on torchvision; to drop "
-                "rows and columns per sample, call composer_bridge.functional.colout_batch((image, target)) in "
-                "your Dataset's __getitem__ instead."
+        if not isinstance(batch, bool):
+            raise TypeError(
+                f"ColOut(batch={batch!r}): must be True (the same rows and columns for the whole micro-batch) or "
+                "False (a separate choice for each image)."
             )
         self.p_row = p_row
         self.p_col = p_col
@@ -175,8 +274,11 @@ class ColOut(Algorithm):
         if resize:
             if not isinstance(target, torch.Tensor):
                 raise TypeError(f"ColOut(resize_target=True) needs a target tensor, got {type(target).__name__}.")
-            new_images, new_target = colout_batch((images, target), self.p_row, self.p_col, True, generator)
+            new_images, new_target = colout_batch(
+                (images, target), self.p_row, self.p_col, True, generator, per_sample=not self.batch
+            )
             state.batch_set_item(self.input_key, new_images)
             state.batch_set_item(self.target_key, new_target)
         else:
-            state.batch_set_item(self.input_key, colout_batch(images, self.p_row, self.p_col, False, generator))
+            new_images = colout_batch(images, self.p_row, self.p_col, False, generator, per_sample=not self.batch)
+            state.batch_set_item(self.input_key, new_images)

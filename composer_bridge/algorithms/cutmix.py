@@ -178,6 +178,7 @@ class CutMix(Algorithm):
     """
 
     unique = True
+    augments_data = True
     needs_loss_events = True
 
     def __init__(

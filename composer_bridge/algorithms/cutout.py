@@ -96,6 +96,7 @@ class CutOut(Algorithm):
     """
 
     unique = True
+    augments_data = True
 
     def __init__(
         self, num_holes: int = 1, length: float = 0.5, uniform_sampling: bool = False, input_key: BatchKey = 0

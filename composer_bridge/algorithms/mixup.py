@@ -193,6 +193,7 @@ class MixUp(Algorithm):
     """
 
     unique = True
+    augments_data = True
     needs_loss_events = True
 
     def __init__(

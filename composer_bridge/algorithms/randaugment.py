@@ -149,6 +149,7 @@ class RandAugment(Algorithm):
     """
 
     unique = True
+    augments_data = True
 
     def __init__(
         self,

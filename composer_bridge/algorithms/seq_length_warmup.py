@@ -133,6 +133,7 @@ class SeqLengthWarmup(Algorithm):
     """
 
     unique = True
+    augments_data = True
 
     def __init__(
         self,

@@ -42,7 +42,11 @@ class Algorithm(ABC):
     - ``find_unused_parameters``: some parameters may get no gradient (DDP must be told);
     - ``interpolates_loss``: the algorithm mixes the loss of two targets (the default passes
       warn when several do);
-    - ``runs_first`` / ``runs_last``: markers the default passes sort by;
+    - ``runs_first`` / ``runs_last``: markers the default passes sort by (SelectiveBackprop
+      runs first; the low-precision norms run last);
+    - ``augments_data``: the algorithm changes the training examples (inputs or targets) before
+      the model sees them (MixUp, CutMix, CutOut, ColOut, RandAugment, ...); ``plan()`` warns
+      when one runs before a ``runs_first`` algorithm such as SelectiveBackprop;
     - ``needs_loss_events``: needs a module with separate ``forward`` and ``loss`` (the bridge
       refuses a plain ``training_step`` module at setup);
     - ``unique``: at most one instance may be used in a run (the library's algorithms set it).
@@ -53,6 +57,7 @@ class Algorithm(ABC):
     interpolates_loss: bool = False
     runs_first: bool = False
     runs_last: bool = False
+    augments_data: bool = False
     needs_loss_events: bool = False
     unique: bool = False
 

@@ -4,7 +4,9 @@ At every :meth:`Engine.run_event`:
 
 1. each algorithm in ``state.algorithms`` is asked ``match(event, state)``;
 2. the passes order the matched ones (computed once per event and algorithm set, then cached);
-3. ``apply`` runs in that order, and a :class:`Trace` is recorded for each;
+3. ``apply`` runs in that order, and a :class:`Trace` is recorded for each, keyed
+   ``"<label>/<EVENT>"`` (the label is the class name; ``Name#2``, ``Name#3``... for further
+   instances of a class, see :class:`~composer_bridge.core.trace.AlgorithmLabels`);
 4. the traces go to the logger; then every engine callback in ``state.callbacks`` runs;
 5. then the handlers registered with :meth:`Engine.on` / :meth:`Engine.add_event_handler`.
 
@@ -37,14 +39,14 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from composer_bridge.core.algorithm import Algorithm, AlgorithmError
 from composer_bridge.core.event import Event, EventFilter, EventList, _check_arity
 from composer_bridge.core.logger import Logger
 from composer_bridge.core.passes import DEFAULT_PASSES, AlgorithmPass, normalize_passes
 from composer_bridge.core.state import State
-from composer_bridge.core.trace import PlanTraces, Trace, Traces, trace_key
+from composer_bridge.core.trace import AlgorithmLabels, PlanTraces, Trace, Traces, trace_key
 
 __all__ = ["Engine", "RemovableEventHandle"]
 
@@ -58,10 +60,20 @@ _TIMED_IN_FULL = 64
 _SAMPLED_FRACTION = 0.125
 
 
+class _Handler(NamedTuple):
+    """One registration of :meth:`Engine.add_event_handler`: call ``handler(state, event, *args, **kwargs)``
+    when ``event_filter`` (``None``: always) allows it."""
+
+    event_filter: EventFilter | None
+    handler: Handler
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+
 class RemovableEventHandle:
     """Returned by :meth:`Engine.add_event_handler`; ``remove()`` unregisters the handler (also a context manager)."""
 
-    def __init__(self, engine: Engine, entries: list[tuple[Event, list[Any]]]) -> None:
+    def __init__(self, engine: Engine, entries: list[tuple[Event, _Handler]]) -> None:
         self._engine = engine
         self._entries = entries
 
@@ -85,12 +97,12 @@ class _Plan:
 
     __slots__ = ("algorithms", "keys", "traces", "cells", "cells_of", "runs", "counted")
 
-    def __init__(self, ordered: list[Algorithm], event: Event) -> None:
+    def __init__(self, ordered: list[Algorithm], event: Event, labels: list[str]) -> None:
         self.algorithms = ordered
-        self.keys = [trace_key(type(a).__name__, event) for a in ordered]
+        self.keys = [trace_key(label, event) for label in labels]
         # The trace of an ``apply`` that returns None is the same every time: build them once here.
         self.traces = PlanTraces(
-            (key, Trace(type(a).__name__, event, None, i, True)) for i, (a, key) in enumerate(zip(ordered, self.keys, strict=True))
+            (key, Trace(label, event, None, i, True)) for i, (label, key) in enumerate(zip(labels, self.keys, strict=True))
         )
         #: The ``[calls, seconds]`` entries of the cost dict ``cells_of`` that each algorithm adds to.
         self.cells: list[list[float]] = []
@@ -128,6 +140,24 @@ class _Plan:
         return traces
 
 
+class _Stopwatch:
+    """Times the ``apply`` calls of one plan run into its cost cells: ``lap()`` after each call."""
+
+    __slots__ = ("cells", "weight", "position", "start")
+
+    def __init__(self, cells: list[list[float]], weight: float) -> None:
+        self.cells = cells
+        self.weight = weight
+        self.position = 0
+        self.start = time.perf_counter()
+
+    def lap(self) -> None:
+        end = time.perf_counter()  # one clock read per apply: each interval is one algorithm
+        self.cells[self.position][1] += (end - self.start) * self.weight
+        self.position += 1
+        self.start = end
+
+
 class Engine:
     """Coordinates algorithms, engine callbacks and handlers over a :class:`State`.
 
@@ -136,8 +166,10 @@ class Engine:
             read at every event, so they may change during a run.
         logger: where traces and metrics go (a :class:`Logger` with no destination if omitted).
         algorithm_passes: extra passes, merged after the default ones: a pass, a ``(pass, index)``
-            pair, or a list of these (see :mod:`composer_bridge.core.passes`).
-        measure_cost: time every ``apply`` call (two clock reads each) into :attr:`cost`.
+            pair (tuple or two-item list, as Composer accepts), or a list of these (see
+            :mod:`composer_bridge.core.passes`). Unlike the defaults, these passes are also asked
+            at events where no algorithm matched (with an empty list), as in Composer.
+        measure_cost: count every ``apply`` call and time a sample of them into :attr:`cost`.
     """
 
     def __init__(
@@ -155,7 +187,11 @@ class Engine:
         self._passes: list[AlgorithmPass] = list(DEFAULT_PASSES)
         # (event, ids of the matched algorithms) -> their order, trace keys, traces and cost entries
         self._order_cache: dict[tuple[Event, tuple[int, ...]], _Plan] = {}
-        self._handlers: dict[Event, list[list[Any]]] = {}
+        self._handlers: dict[Event, list[_Handler]] = {}
+        # Whether passes beyond the defaults are registered: they see every event, even one where no
+        # algorithm matched (as in Composer); the default passes have nothing to do then.
+        self._user_passes = False
+        self._labels = AlgorithmLabels()
         self._closed = False
         self.measure_cost = measure_cost
         self._cost: dict[str, list[float]] = {}
@@ -209,6 +245,7 @@ class Engine:
             self._passes.append(algorithm_pass)
         else:
             self._passes.insert(index, algorithm_pass)
+        self._user_passes = True
         self._forget_plans()
 
     def order(self, algorithms: list[Algorithm], event: Event | str) -> list[Algorithm]:
@@ -225,7 +262,9 @@ class Engine:
                 result = algorithm_pass(ordered, event)
                 _check_pass_result(algorithm_pass, ordered, result)
                 ordered = result
-            plan = _Plan(ordered, event)
+            # Labels follow the run's list (``Name``, ``Name#2``...), not the order of this event.
+            self._labels.add(self.state.algorithms)
+            plan = _Plan(ordered, event, [self._labels[a] for a in ordered])
             if len(self._order_cache) >= _MAX_CACHED_ORDERS:
                 self._forget_plans()
             self._order_cache[key] = plan
@@ -235,7 +274,8 @@ class Engine:
     def run_event(self, event: Event | str) -> Traces:
         """Run every matching algorithm, then the engine callbacks, then the handlers for ``event``.
 
-        Returns the traces of the algorithms that ran, keyed ``"<AlgorithmClass>/<EVENT_NAME>"``.
+        Returns the traces of the algorithms that ran, keyed ``"<label>/<EVENT_NAME>"`` where the
+        label is the class name (``Name#2``, ``Name#3``... for further instances of a class).
         An algorithm that raises is reported as :class:`AlgorithmError` naming it and the event.
         """
         if self._closed:
@@ -245,72 +285,70 @@ class Engine:
         if type(event) is not Event:
             event = Event(event)
         state = self.state
-        if not (state.algorithms or state.callbacks or self.markers or self._handlers):
+        algorithms = state.algorithms
+        if not (algorithms or state.callbacks or self.markers or self._handlers or self._user_passes):
             return {}  # nothing listens (a bridge without algorithms): skip the bookkeeping below
         for marker in self.markers:
             marker(event, state)
-        traces: Traces = {}
-        algorithms = state.algorithms
-        if algorithms:
-            matched = [a for a in algorithms if a.match(event, state)]
-            if matched:
-                logger = self.logger
-                plan = self._order_cache.get((event, tuple(map(id, matched))))
-                if plan is None:
-                    plan = self._plan(matched, event)
-                exit_codes: dict[int, Any] | None = None
-                algorithm = None
-                cells: list[list[float]] | None = None
-                try:
-                    if self.measure_cost:
-                        # Calls: this run counts once for every algorithm of the plan (fold_calls adds
-                        # them up when the cost is read; a failing run takes back what did not run).
-                        cells = plan.cost_cells(self._cost)
-                        plan.runs += 1
-                        if plan.runs <= _TIMED_IN_FULL or self._sample() < _SAMPLED_FRACTION:
-                            weight = 1.0 if plan.runs <= _TIMED_IN_FULL else 1.0 / _SAMPLED_FRACTION
-                            clock = time.perf_counter
-                            start = clock()
-                            for algorithm, cell in zip(plan.algorithms, cells, strict=True):
-                                exit_code = algorithm.apply(event, state, logger)
-                                end = clock()  # one clock read per apply: each interval is one algorithm
-                                cell[1] += (end - start) * weight
-                                start = end
-                                if exit_code is not None:
-                                    exit_codes = _add_exit_code(exit_codes, plan, algorithm, exit_code)
-                        else:
-                            for algorithm in plan.algorithms:
-                                exit_code = algorithm.apply(event, state, logger)
-                                if exit_code is not None:
-                                    exit_codes = _add_exit_code(exit_codes, plan, algorithm, exit_code)
-                    else:
-                        for algorithm in plan.algorithms:
-                            exit_code = algorithm.apply(event, state, logger)
-                            if exit_code is not None:
-                                exit_codes = _add_exit_code(exit_codes, plan, algorithm, exit_code)
-                except Exception as error:
-                    ran = _position(plan, algorithm)
-                    if cells is not None:
-                        for cell in cells[ran:]:  # the failing algorithm and those after it did not complete
-                            cell[0] -= 1
-                    if ran:
-                        logger.log_traces(plan.traces_with(exit_codes or {}, ran))
-                    raise AlgorithmError(algorithm, event, error) from error
-                if exit_codes is None:
-                    # The plan's own traces go to the logger (the same object each time this plan runs,
-                    # which lets destinations cache per plan); the caller gets a copy it may keep.
-                    logger.log_traces(plan.traces)
-                    traces = dict(plan.traces)
-                else:
-                    traces = plan.traces_with(exit_codes)
-                    logger.log_traces(traces)
+        traces = self._run_algorithms(event, state, algorithms) if algorithms or self._user_passes else {}
         for callback in state.callbacks:
             callback.run_event(event, state, self.logger)
         handlers = self._handlers.get(event)
         if handlers:
-            for event_filter, handler, args, kwargs in tuple(handlers):
-                if event_filter is None or event_filter(state):
-                    handler(state, event, *args, **kwargs)
+            for entry in tuple(handlers):  # a copy: a handler may remove itself
+                if entry.event_filter is None or entry.event_filter(state):
+                    if entry.args or entry.kwargs:
+                        entry.handler(state, event, *entry.args, **entry.kwargs)
+                    else:  # the common case, without building an argument tuple and dict
+                        entry.handler(state, event)
+        return traces
+
+    def _run_algorithms(self, event: Event, state: State, algorithms: list[Algorithm]) -> Traces:
+        """Match, order (a cached plan), ``apply`` in that order (the one apply loop), log the traces."""
+        matched = [a for a in algorithms if a.match(event, state)]
+        if not matched and not self._user_passes:
+            return {}
+        plan = self._order_cache.get((event, tuple(map(id, matched))))
+        if plan is None:
+            plan = self._plan(matched, event)
+        if not plan.algorithms:
+            return {}
+        logger = self.logger
+        measuring = self.measure_cost
+        lap: Callable[[], None] | None = None  # timing is pluggable: None, or called after each apply
+        if measuring:
+            # Calls: this run counts once for every algorithm of the plan (fold_calls adds them up when
+            # the cost is read; a failing run takes back what did not run). Time: see ``cost``.
+            cells = plan.cost_cells(self._cost)
+            plan.runs += 1
+            if plan.runs <= _TIMED_IN_FULL:
+                lap = _Stopwatch(cells, 1.0).lap
+            elif self._sample() < _SAMPLED_FRACTION:
+                lap = _Stopwatch(cells, 1.0 / _SAMPLED_FRACTION).lap
+        exit_codes: dict[int, Any] | None = None
+        algorithm = None
+        try:
+            for algorithm in plan.algorithms:
+                exit_code = algorithm.apply(event, state, logger)
+                if lap is not None:
+                    lap()
+                if exit_code is not None:
+                    exit_codes = _add_exit_code(exit_codes, plan, algorithm, exit_code)
+        except Exception as error:
+            ran = _position(plan, algorithm)
+            if measuring:
+                for cell in plan.cells[ran:]:  # the failing algorithm and those after it did not complete
+                    cell[0] -= 1
+            if ran:
+                logger.log_traces(plan.traces_with(exit_codes or {}, ran))
+            raise AlgorithmError(algorithm, event, error) from error  # type: ignore[arg-type]
+        if exit_codes is None:
+            # The plan's own traces go to the logger (the same object each time this plan runs,
+            # which lets destinations cache per plan); the caller gets a copy it may keep.
+            logger.log_traces(plan.traces)
+            return dict(plan.traces)
+        traces = plan.traces_with(exit_codes)
+        logger.log_traces(traces)
         return traces
 
     def has_listeners(self) -> bool:
@@ -378,7 +416,7 @@ class Engine:
                 target, event_filter = item.event, _copy_filter(item)
             else:
                 target, event_filter = item, None
-            entry = [event_filter, handler, args, kwargs]
+            entry = _Handler(event_filter, handler, args, kwargs)
             self._handlers.setdefault(target, []).append(entry)
             entries.append((target, entry))
         if self.on_handler_added is not None:
@@ -401,13 +439,15 @@ class Engine:
     def has_event_handler(self, handler: Handler, event: Event | str | None = None) -> bool:
         """Whether ``handler`` is registered (for ``event``, or for any event)."""
         events = [Event(event)] if event is not None else list(self._handlers)
-        return any(entry[1] is handler or entry[1] == handler for e in events for entry in self._handlers.get(e, []))
+        return any(
+            entry.handler is handler or entry.handler == handler for e in events for entry in self._handlers.get(e, [])
+        )
 
     def remove_event_handler(self, handler: Handler, event: Event | str) -> None:
         """Unregister ``handler`` from ``event``; raises ``ValueError`` if it was not registered there."""
         event = Event(event)
         handlers = self._handlers.get(event, [])
-        kept = [entry for entry in handlers if not (entry[1] is handler or entry[1] == handler)]
+        kept = [entry for entry in handlers if not (entry.handler is handler or entry.handler == handler)]
         if len(kept) == len(handlers):
             raise ValueError(f"{handler!r} is not registered for Event.{event.name}.")
         handlers[:] = kept

@@ -4,18 +4,20 @@ A pass takes ``(algorithms, event)`` and returns a list holding the same algorit
 reordered. The engine runs its passes in order and caches the result per event and algorithm
 set, so a pass must depend on nothing else.
 
-Passes find algorithms by class name or by a marker attribute (``runs_first``, ``runs_last``,
-``interpolates_loss``), so this module never imports the algorithm library.
+The default passes find algorithms by the marker attributes they declare on
+:class:`~composer_bridge.core.algorithm.Algorithm` (``runs_first``, ``runs_last``,
+``interpolates_loss``), so this module never imports the algorithm library, and an algorithm of
+yours takes part by setting the marker.
 
 The default passes, in the order they run:
 
 1. :func:`set_filo_order` — on after-events (``AFTER_*``, ``EVAL_AFTER_*``, ``*_END``; see
    :attr:`Event.is_after_event`), reverse (A B C D → D C B A), so algorithms undo their changes
    in the opposite order they made them.
-2. :func:`sort_selective_backprop_first` — SelectiveBackprop runs first on every event. It runs
+2. :func:`sort_selective_backprop_first` — ``runs_first`` algorithms (SelectiveBackprop) run first on every event. It runs
    *after* the reversal so that it stays first on ``AFTER_DATALOADER`` too (Composer runs the
    reversal last, which leaves it last there, after the augmentations it should precede).
-3. :func:`sort_low_precision_norms_last` — LowPrecisionLayerNorm/GroupNorm run last.
+3. :func:`sort_low_precision_norms_last` — ``runs_last`` algorithms (LowPrecisionLayerNorm/GroupNorm) run last.
 4. :func:`warn_if_multiple_loss_interpolation` — warns when several algorithms mix the loss.
 
 Example:
@@ -52,9 +54,6 @@ __all__ = [
 ]
 
 AlgorithmPass = Callable[[Sequence["Algorithm"], Event], list["Algorithm"]]
-
-_SELECTIVE_BACKPROP = ("SelectiveBackprop",)
-_LOW_PRECISION_NORMS = ("LowPrecisionLayerNorm", "LowPrecisionGroupNorm")
 
 
 class MultipleLossInterpolationWarning(UserWarning):
@@ -94,14 +93,22 @@ def set_filo_order(algorithms: Sequence[Algorithm], event: Event) -> list[Algori
     return list(reversed(algorithms)) if event.is_after_event else list(algorithms)
 
 
+def _runs_first(algorithm: Any) -> bool:
+    return bool(getattr(algorithm, "runs_first", False))
+
+
+def _runs_last(algorithm: Any) -> bool:
+    return bool(getattr(algorithm, "runs_last", False))
+
+
 def sort_selective_backprop_first(algorithms: Sequence[Algorithm], event: Event) -> list[Algorithm]:
-    """SelectiveBackprop (or any algorithm with ``runs_first = True``) runs before the others."""
-    return _partition(algorithms, lambda a: getattr(a, "runs_first", False) or _is(a, _SELECTIVE_BACKPROP), True)
+    """Algorithms with ``runs_first = True`` (SelectiveBackprop) run before the others."""
+    return _partition(algorithms, _runs_first, True)
 
 
 def sort_low_precision_norms_last(algorithms: Sequence[Algorithm], event: Event) -> list[Algorithm]:
-    """LowPrecisionLayerNorm/GroupNorm (or any algorithm with ``runs_last = True``) run after the others."""
-    return _partition(algorithms, lambda a: getattr(a, "runs_last", False) or _is(a, _LOW_PRECISION_NORMS), False)
+    """Algorithms with ``runs_last = True`` (LowPrecisionLayerNorm/GroupNorm) run after the others."""
+    return _partition(algorithms, _runs_last, False)
 
 
 def warn_if_multiple_loss_interpolation(algorithms: Sequence[Algorithm], event: Event) -> list[Algorithm]:
@@ -126,7 +133,17 @@ DEFAULT_PASSES: tuple[AlgorithmPass, ...] = (
 
 
 def normalize_passes(algorithm_passes: Any) -> list[tuple[AlgorithmPass, int]]:
-    """Turn a pass, a ``(pass, index)`` pair, or a list of these into ``[(pass, index), ...]``."""
+    """Turn a pass, a ``(pass, index)`` pair, or a list of these into ``[(pass, index), ...]``.
+
+    A pair may be a tuple or a two-item list, as Composer accepts: ``[p, 0]`` is one pass at
+    index 0, ``[[p, 0], q]`` two passes.
+
+    Example:
+        >>> def p(algorithms, event):
+        ...     return list(algorithms)
+        >>> normalize_passes([[p, 0], p]) == [(p, 0), (p, -1)]
+        True
+    """
     if algorithm_passes is None:
         return []
     if callable(algorithm_passes) or _is_pass_with_index(algorithm_passes):
@@ -146,7 +163,7 @@ def normalize_passes(algorithm_passes: Any) -> list[tuple[AlgorithmPass, int]]:
 
 def _is_pass_with_index(item: Any) -> bool:
     return (
-        isinstance(item, tuple) and len(item) == 2 and callable(item[0])
+        isinstance(item, (tuple, list)) and len(item) == 2 and callable(item[0])
         and isinstance(item[1], int) and not isinstance(item[1], bool)
     )
 
@@ -154,5 +171,5 @@ def _is_pass_with_index(item: Any) -> bool:
 def _bad_pass_message(item: Any) -> str:
     return (
         f"algorithm_passes got {item!r} ({type(item).__name__}). Accepted: a pass (a callable "
-        "(algorithms, event) -> list of algorithms), a (pass, index) tuple, or a list of these."
+        "(algorithms, event) -> list of algorithms), a (pass, index) pair (tuple or list), or a list of these."
     )

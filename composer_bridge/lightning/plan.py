@@ -11,8 +11,8 @@ the order you will see in the traces.)
 Known conflicts it warns about:
 
 - several algorithms interpolate the loss (MixUp and CutMix: the mixing compounds);
-- a data augmentation runs before SelectiveBackprop at an event (SelectiveBackprop should rank
-  the clean examples);
+- a data augmentation (``augments_data = True``) runs before SelectiveBackprop (or any algorithm
+  with ``runs_first = True``) at an event (SelectiveBackprop should rank the clean examples);
 - a model-surgery algorithm runs after ChannelsLast at ``INIT`` (the layers it creates are not
   converted to channels-last);
 - two weight-averaging algorithms (EMA and SWA) both keep averaged weights;
@@ -44,14 +44,10 @@ from typing import Any
 from composer_bridge.core.event import Event
 from composer_bridge.core.passes import DEFAULT_PASSES, MultipleLossInterpolationWarning
 from composer_bridge.core.time import TimeUnit
+from composer_bridge.core.trace import algorithm_labels
 
-__all__ = ["AUGMENTATIONS", "Plan", "make_plan"]
+__all__ = ["Plan", "make_plan"]
 
-#: Algorithms (by class name) that change the training examples; they should not run before
-#: SelectiveBackprop at an event. An algorithm of yours can say so with ``augments_data = True``.
-AUGMENTATIONS = frozenset({
-    "AugMix", "ColOut", "CutMix", "CutOut", "MixUp", "ProgressiveResizing", "RandAugment", "SeqLengthWarmup",
-})
 _WEIGHT_AVERAGING = ("EMA", "SWA")
 _PROBE_FRACTIONS = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
 
@@ -63,7 +59,8 @@ class Plan:
     ``print(plan)`` shows one line per event (``EVENT: First, Second``), then the warnings.
     """
 
-    #: event → algorithm class names, in run order (only events where some algorithm takes part).
+    #: event → algorithm labels (class names; ``Name#2`` for a second instance of a class), in run
+    #: order (only events where some algorithm takes part).
     orders: dict[Event, list[str]] = field(default_factory=dict)
     #: Known conflicts and pass warnings, as sentences.
     warnings: list[str] = field(default_factory=list)
@@ -135,7 +132,7 @@ def _run_passes(passes: Sequence[Any], algorithms: list[Any], event: Event, pass
 
 
 def _augments(algorithm: Any) -> bool:
-    return bool(getattr(algorithm, "augments_data", False)) or type(algorithm).__name__ in AUGMENTATIONS
+    return bool(getattr(algorithm, "augments_data", False))
 
 
 def _conflicts(algorithms: Sequence[Any], orders: Mapping[Event, list[Any]]) -> list[str]:
@@ -147,15 +144,17 @@ def _conflicts(algorithms: Sequence[Any], orders: Mapping[Event, list[Any]]) -> 
             "match the inputs. Keep one of them (or turn off loss interpolation in all but one)."
         )
     for event, ordered in orders.items():
-        names = [type(a).__name__ for a in ordered]
-        if "SelectiveBackprop" in names:
-            position = names.index("SelectiveBackprop")
+        # An algorithm that must run first (SelectiveBackprop: it ranks the clean examples) after an augmentation.
+        for position, first in enumerate(ordered):
+            if not getattr(first, "runs_first", False):
+                continue
             before = [type(a).__name__ for a in ordered[:position] if _augments(a)]
             if before:
+                name = type(first).__name__
                 found.append(
                     f"at {event.name}, {', '.join(before)} run{'s' if len(before) == 1 else ''} before "
-                    "SelectiveBackprop, which then ranks augmented examples instead of the clean ones. Remove the "
-                    "pass that moves them ahead of it, or list SelectiveBackprop first."
+                    f"{name}, which then sees augmented examples instead of the clean ones. Remove the "
+                    f"pass that moves them ahead of it, or list {name} first."
                 )
     init = [type(a).__name__ for a in orders.get(Event.INIT, [])]
     if "ChannelsLast" in init:
@@ -194,10 +193,11 @@ def make_plan(
         passes: the passes in the order they run (``engine.passes``).
         state: the run's :class:`~composer_bridge.State`, to probe ``match``; without one,
             ``match`` is asked with a bare state (no model, batch or duration).
-        observed: trace keys (``"Algorithm/EVENT"``) seen so far; those algorithms take part in
+        observed: trace keys (``"<label>/EVENT"``) seen so far; those algorithms take part in
             those events whatever ``match`` says now.
     """
     algorithms = list(algorithms)
+    label_of = {id(a): label for a, label in zip(algorithms, algorithm_labels(algorithms), strict=True)}
     if state is None:
         import torch
 
@@ -215,12 +215,12 @@ def make_plan(
     for event in Event:
         seen_here = seen.get(event.name, set())
         taking_part = [
-            a for a in algorithms if type(a).__name__ in seen_here or _takes_part(a, event, probes, failed)
+            a for a in algorithms if label_of[id(a)] in seen_here or _takes_part(a, event, probes, failed)
         ]
         if taking_part:
             orders[event] = _run_passes(passes, taking_part, event, pass_warnings)
     plan = Plan(
-        orders={event: [type(a).__name__ for a in ordered] for event, ordered in orders.items()},
+        orders={event: [label_of.get(id(a), type(a).__name__) for a in ordered] for event, ordered in orders.items()},
         warnings=_conflicts(algorithms, orders) + list(dict.fromkeys(pass_warnings)),
     )
     if failed:

@@ -35,9 +35,10 @@ def algorithm_class(name: str, **attributes) -> type[Algorithm]:
 
 
 A, B, C, D = (algorithm_class(n) for n in "ABCD")
-SelectiveBackprop = algorithm_class("SelectiveBackprop")
-LowPrecisionLayerNorm = algorithm_class("LowPrecisionLayerNorm")
-LowPrecisionGroupNorm = algorithm_class("LowPrecisionGroupNorm")
+# Stand-ins declaring the markers the library's classes declare (checked below).
+SelectiveBackprop = algorithm_class("SelectiveBackprop", runs_first=True)
+LowPrecisionLayerNorm = algorithm_class("LowPrecisionLayerNorm", runs_last=True)
+LowPrecisionGroupNorm = algorithm_class("LowPrecisionGroupNorm", runs_last=True)
 MixUp = algorithm_class("MixUp", interpolates_loss=True)
 CutMix = algorithm_class("CutMix", interpolates_loss=True)
 First = algorithm_class("First", runs_first=True)
@@ -136,6 +137,18 @@ def test_marker_attributes_sort_like_the_named_algorithms():
     assert names(sort_low_precision_norms_last([Last(), A()], Event.INIT)) == ["A", "Last"]
 
 
+def test_the_default_passes_go_by_markers_which_the_library_algorithms_declare():
+    from composer_bridge import algorithms
+
+    assert algorithms.SelectiveBackprop.runs_first
+    assert algorithms.LowPrecisionLayerNorm.runs_last and algorithms.LowPrecisionGroupNorm.runs_last
+    assert algorithms.MixUp(interpolate_loss=True).interpolates_loss
+    assert algorithms.CutMix(interpolate_loss=True).interpolates_loss
+    # A class that only borrows the name, without the marker, is not moved.
+    named_only = algorithm_class("SelectiveBackprop")
+    assert names(sort_selective_backprop_first([A(), named_only()], Event.INIT)) == ["A", "SelectiveBackprop"]
+
+
 # --- loss interpolation warning ---------------------------------------------------------------------
 def test_more_than_one_loss_interpolating_algorithm_warns_naming_them():
     with pytest.warns(MultipleLossInterpolationWarning, match=r"MixUp, CutMix .*Event\.BEFORE_LOSS"):
@@ -176,6 +189,10 @@ DEFAULTS = "defaults"
         ([move_b_first, move_c_first], [DEFAULTS, move_b_first, move_c_first]),
         ((move_b_first, move_c_first), [DEFAULTS, move_b_first, move_c_first]),
         ([(move_b_first, 0), move_c_first], [move_b_first, DEFAULTS, move_c_first]),
+        # Lists as pairs, as Composer accepts them: [pass, index] is one pass at an index.
+        ([move_b_first, 0], [move_b_first, DEFAULTS]),
+        ([[move_b_first, 0], [move_c_first, 1]], [move_b_first, move_c_first, DEFAULTS]),
+        ([[move_b_first, -1], move_c_first], [DEFAULTS, move_b_first, move_c_first]),
         (None, [DEFAULTS]),
         ([], [DEFAULTS]),
     ],
@@ -200,7 +217,25 @@ def test_algorithm_passes_rejects_anything_else_saying_what_is_accepted(bad):
         make_engine(algorithm_passes=bad)
     message = str(info.value)
     assert "algorithm_passes got" in message
-    assert "a (pass, index) tuple, or a list of these" in message
+    assert "a (pass, index) pair (tuple or list), or a list of these" in message
+
+
+def test_user_passes_see_every_event_even_when_no_algorithm_matched():
+    seen = []
+
+    def record(algorithms, event):
+        seen.append((event, names(algorithms)))
+        return list(algorithms)
+
+    engine = Engine(State(torch.nn.Linear(1, 1)), algorithm_passes=record)  # no algorithm at all
+    assert engine.run_event(Event.FIT_START) == {}
+    assert seen == [(Event.FIT_START, [])]
+    engine.state.algorithms = [algorithm_class("OnlyAtInit", match=lambda self, event, state: event == Event.INIT)()]
+    engine.run_event(Event.BATCH_END)  # OnlyAtInit does not match: the pass still sees the event
+    engine.run_event(Event.INIT)
+    assert seen[1:] == [(Event.BATCH_END, []), (Event.INIT, ["OnlyAtInit"])]
+    engine.run_event(Event.BATCH_END)  # passes are pure: asked once per event and matched set, then cached
+    assert len(seen) == 3
 
 
 @pytest.mark.parametrize("bad", [[move_b_first], "x", None])

@@ -29,17 +29,18 @@ class Recorder(Algorithm):
         self.calls[event.name] += 1
 
 
-# Stand-ins named like library algorithms: the plan's conflict checks go by class name and markers.
+# Stand-ins named like library algorithms, with the markers those declare: the plan's conflict
+# checks go by markers (augments_data, runs_first, interpolates_loss, required_on_load) and a few names.
 class MixUp(Recorder):
-    pass
+    augments_data = True
 
 
 class CutMix(Recorder):
-    pass
+    augments_data = True
 
 
 class SelectiveBackprop(Recorder):
-    pass
+    runs_first = True
 
 
 class ChannelsLast(Recorder):
@@ -163,6 +164,22 @@ def test_plan_warns_when_an_augmentation_runs_before_selective_backprop() -> Non
     # The callback uses its own passes for the plan.
     callback = AlgorithmEngineCallback(algorithms, algorithm_passes=mixup_first)
     assert any("before SelectiveBackprop" in w for w in callback.plan().warnings)
+    # An algorithm that does not declare augments_data is not taken for an augmentation.
+    class Shuffle(Recorder):
+        pass
+
+    def shuffle_first(algorithms, event):
+        return sort_to_front(algorithms, "Shuffle")
+
+    plan = make_plan([SelectiveBackprop(("AFTER_DATALOADER",)), Shuffle(("AFTER_DATALOADER",))],
+                     [*DEFAULT_PASSES, shuffle_first])
+    assert plan.orders[Event.AFTER_DATALOADER] == ["Shuffle", "SelectiveBackprop"] and not plan.warnings
+
+
+def test_plan_names_each_instance_of_a_repeated_class_by_its_trace_label() -> None:
+    first, second = Smoother(("BEFORE_LOSS", "AFTER_LOSS")), Smoother(())
+    plan = make_plan([first, second], observed=["Smoother#2/AFTER_LOSS"])
+    assert plan.orders == {Event.BEFORE_LOSS: ["Smoother"], Event.AFTER_LOSS: ["Smoother#2", "Smoother"]}
 
 
 def test_plan_warns_about_surgery_after_channels_last() -> None:
