@@ -32,8 +32,9 @@ repository (the code behind MosaicML's "Mosaic ResNet" blog posts, 2022), which 
 
 The published recipes also change things that are not algorithms (binary cross-entropy loss,
 a 176-pixel training crop, FFCV data loading, the number of epochs); set those in your own
-module and data. Two differences here: **RandAugment is left out of "hot"** (this library has no
-RandAugment: it needs PIL image transforms in the data loader, not a batch-level algorithm), and
+module and data. RandAugment here works on the batch, after the data loader, and reads images
+in ``[0, 1]``: if your loader normalises them, pass the normalisation, e.g.
+``randaugment={"mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225)}``. One difference here:
 StochasticDepth targets :class:`~composer_bridge.models.BasicBlock` (the residual block of this
 package's ResNets) instead of torchvision's ``Bottleneck``: pass
 ``stochastic_depth={"target_layer_name": ...}`` for your own block.
@@ -100,6 +101,7 @@ VISION_RECIPES: dict[str, _Spec] = {
         ("MixUp", {"alpha": 0.25}),
         ("SAM", {"rho": 0.5, "interval": 5}),
         ("ColOut", {"p_row": 0.05, "p_col": 0.05}),
+        ("RandAugment", {"depth": 1, "severity": 9}),
         ("StochasticDepth", {
             "target_layer_name": "BasicBlock", "stochastic_method": "sample",
             "drop_distribution": "linear", "drop_rate": 0.1,
@@ -129,6 +131,7 @@ LANGUAGE_RECIPES: dict[str, _Spec] = {
 # The hyper-parameter a plain number or string sets (``vision("mild", label_smoothing=0.1)``).
 _MAIN_PARAMETER = {
     "Alibi": "max_sequence_length",
+    "AugMix": "severity",
     "ColOut": "p_row",
     "CutMix": "alpha",
     "CutOut": "length",
@@ -137,6 +140,7 @@ _MAIN_PARAMETER = {
     "LabelSmoothing": "smoothing",
     "MixUp": "alpha",
     "ProgressiveResizing": "initial_scale",
+    "RandAugment": "severity",
     "SAM": "rho",
     "SeqLengthWarmup": "duration",
     "StochasticDepth": "drop_rate",
@@ -185,7 +189,7 @@ def _scale_sam(kwargs: dict[str, Any], total_steps: int) -> dict[str, Any]:
 
 #: Algorithm class name → ``rule(published_kwargs, total_steps) -> kwargs``: how
 #: ``total_steps=`` rescales the hyper-parameters counted in optimizer steps. ProgressiveResizing,
-#: SeqLengthWarmup, StochasticDepth, ColOut, MixUp, LabelSmoothing and Alibi have none: their
+#: SeqLengthWarmup, StochasticDepth, ColOut, RandAugment, MixUp, LabelSmoothing and Alibi have none: their
 #: schedules are already fractions of the run (``delay_fraction``, ``duration``) or not schedules.
 RUN_LENGTH_RULES: dict[str, Any] = {"EMA": _scale_ema, "SAM": _scale_sam}
 
@@ -297,6 +301,7 @@ _MODULE_NAMES = {
     "BlurPool": "blurpool", "ColOut": "colout", "CutMix": "cutmix", "CutOut": "cutout", "MixUp": "mixup",
     "GhostBatchNorm": "ghost_batchnorm", "LowPrecisionLayerNorm": "low_precision_layernorm",
     "LowPrecisionGroupNorm": "low_precision_groupnorm", "SqueezeExcite": "squeeze_excite",
+    "RandAugment": "randaugment", "AugMix": "augmix",
 }
 
 

@@ -45,6 +45,7 @@ PUBLISHED_VISION = {
         "MixUp": {"alpha": 0.25},
         "SAM": {"rho": 0.5, "interval": 5},
         "ColOut": {"p_row": 0.05, "p_col": 0.05},
+        "RandAugment": {"depth": 1, "severity": 9},
         "StochasticDepth": {"stochastic_method": "sample", "drop_distribution": "linear", "drop_rate": 0.1},
     },
 }
