@@ -12,6 +12,7 @@ from composer_bridge.algorithms.augmix import AugMix
 from composer_bridge.algorithms.blurpool import BlurPool
 from composer_bridge.algorithms.channels_last import ChannelsLast
 from composer_bridge.algorithms.colout import ColOut
+from composer_bridge.algorithms.colout import ColOutTransform as ColOutTransform
 from composer_bridge.algorithms.cutmix import CutMix
 from composer_bridge.algorithms.cutout import CutOut
 from composer_bridge.algorithms.ema import EMA

@@ -76,7 +76,7 @@ def _take_per_sample(x: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) ->
     flat = x.reshape(x.shape[0], -1, x.shape[-2], x.shape[-1])
     n, c, _, width = flat.shape
     flat = flat.gather(2, rows[:, None, :, None].expand(n, c, rows.shape[1], width))
-    flat = flat.gather(3, cols[:1, None, None, :].expand(n, c, rows.shape[1], cols.shape[1]))
+    flat = flat.gather(3, cols[:, None, None, :].expand(n, c, rows.shape[1], cols.shape[1]))
     return flat.reshape(*x.shape[:-2], rows.shape[1], cols.shape[1])
 
 
