@@ -131,6 +131,14 @@ def select_using_loss(
     _check_scale(scale_factor, "select_using_loss")
     if not callable(loss_fun):
         raise TypeError(f"select_using_loss: loss_fun must be callable, got {type(loss_fun).__name__}.")
+    if not _takes_reduction(loss_fun, unknown=True):
+        name = getattr(loss_fun, "__qualname__", None) or type(loss_fun).__name__
+        raise TypeError(
+            f"select_using_loss: the loss function {name} must take a keyword argument `reduction`: it is called "
+            "as loss_fun(outputs, target, reduction='none') and must then return one loss per example. Add the "
+            "argument (def loss(outputs, target, reduction='none'): ...) or pass a loss that has it, such as "
+            "torch.nn.functional.cross_entropy."
+        )
     with torch.no_grad():
         losses = _per_example(loss_fun(model(_downscale(input, scale_factor)), target, reduction="none"), input)
         chosen = _loss_weighted_choice(losses, keep, generator)
@@ -269,6 +277,9 @@ target_key=1, loss_fn=None)
         )
 
     def apply(self, event: Event, state: State, logger: Logger) -> None:
+        if event == Event.INIT:  # Composer's set-up event: check where the losses will come from, select nothing
+            self._check_loss_source(state.model)
+            return
         input = state.batch_get_item(self.input_key)
         target = state.batch_get_item(self.target_key)
         if not isinstance(input, torch.Tensor) or not isinstance(target, torch.Tensor):
@@ -293,15 +304,18 @@ target_key=1, loss_fn=None)
         state.batch_set_item(self.input_key, new_input)
         state.batch_set_item(self.target_key, new_target)
 
-    def _per_example_loss(self, model: Any, outputs: Any, batch: Any, targets: torch.Tensor) -> torch.Tensor:
-        if self.loss_fn is not None:
-            return self.loss_fn(outputs, targets)
-        loss = getattr(model, "loss", None)
-        if not callable(loss):
+    def _check_loss_source(self, model: Any) -> None:
+        if self.loss_fn is None and not callable(getattr(model, "loss", None)):
             raise TypeError(
                 f"SelectiveBackprop needs per-example losses, but {type(model).__name__} has no loss(outputs, batch); "
                 "pass SelectiveBackprop(loss_fn=...) returning one loss per example."
             )
+
+    def _per_example_loss(self, model: Any, outputs: Any, batch: Any, targets: torch.Tensor) -> torch.Tensor:
+        if self.loss_fn is not None:
+            return self.loss_fn(outputs, targets)
+        self._check_loss_source(model)
+        loss = model.loss
         if _takes_reduction(loss):
             return loss(outputs, batch, reduction="none")
         key = self.target_key
@@ -321,12 +335,13 @@ target_key=1, loss_fn=None)
             ) from error
 
 
-def _takes_reduction(loss: Callable[..., Any]) -> bool:
+def _takes_reduction(loss: Callable[..., Any], unknown: bool = False) -> bool:
+    """Whether ``loss`` accepts ``reduction=``; ``unknown`` when its signature cannot be read."""
     try:
         parameters = inspect.signature(loss).parameters
     except (TypeError, ValueError):
-        return False
-    return "reduction" in parameters
+        return unknown
+    return "reduction" in parameters or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
 
 
 def _interrupt_count(interrupt: int | str | Time, where: str) -> int:

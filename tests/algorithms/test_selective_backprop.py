@@ -189,3 +189,30 @@ def test_repr_evaluates_back_to_an_equal_algorithm() -> None:
 
 def test_docstring_examples_run() -> None:
     assert doctest.testmod(selective_backprop_module).failed == 0
+
+
+def test_apply_at_init_is_set_up_only_and_selects_nothing() -> None:
+    state, fresh = make_state(), make_state()
+    before = state.batch
+    algorithm = SelectiveBackprop(start=0, end=1, interrupt=0)
+    algorithm.apply(Event.INIT, state, Logger())
+    assert state.batch is before, "INIT leaves the batch alone"
+    algorithm.apply(Event.AFTER_DATALOADER, state, Logger())
+    SelectiveBackprop(start=0, end=1, interrupt=0).apply(Event.AFTER_DATALOADER, fresh, Logger())
+    assert torch.equal(state.batch[0], fresh.batch[0]), "INIT drew nothing from the run's generator"
+    assert not algorithm.match(Event.INIT, state)  # the bridge checks the loss at set-up instead
+    no_loss = State(torch.nn.Linear(2, 2))
+    with pytest.raises(TypeError, match=r"Linear has no loss\(outputs, batch\).*loss_fn="):
+        algorithm.apply(Event.INIT, no_loss, Logger())
+    SelectiveBackprop(loss_fn=functools.partial(F.cross_entropy, reduction="none")).apply(Event.INIT, no_loss, Logger())
+
+
+def test_a_loss_function_without_a_reduction_argument_is_told_it_needs_one() -> None:
+    def plain_loss(outputs: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return (outputs.squeeze(1) - target) ** 2
+
+    x, y = torch.randn(4, 1), torch.zeros(4)
+    with pytest.raises(TypeError, match=r"plain_loss must take a keyword argument `reduction`.*reduction='none'"):
+        select_using_loss(x, y, lambda v: v, plain_loss)
+    kept, _ = select_using_loss(x, y, lambda v: v, lambda out, t, **kw: plain_loss(out, t), keep=0.5)
+    assert kept.shape == (2, 1)
