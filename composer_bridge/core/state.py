@@ -250,12 +250,6 @@ class State:
         """Ask the loop to stop cleanly after the current step (the bridge tells the Trainer)."""
         self.stop_requested = True
 
-    @property
-    def is_model_ddp(self) -> bool:
-        """Whether the model the loop runs is wrapped in DistributedDataParallel."""
-        trainer_model = getattr(getattr(self.trainer, "strategy", None), "model", None)
-        return isinstance(trainer_model, torch.nn.parallel.DistributedDataParallel)
-
     def __repr__(self) -> str:
         names = [type(a).__name__ for a in self._algorithms]
         return (
