@@ -571,6 +571,18 @@ def test_the_callback_base_class_accepts_every_event_and_keeps_no_state():
     callback.post_close()
 
 
+def test_the_callback_base_class_spells_out_one_method_per_event_for_ides_and_docs():
+    import inspect
+
+    # Written in the class body (not installed at import), each with its signature and a docstring.
+    event_methods = {name for name in vars(Callback) if name in {e.value for e in Event}}
+    assert event_methods == {event.value for event in Event}
+    for event in Event:
+        method = vars(Callback)[event.value]
+        assert list(inspect.signature(method).parameters) == ["self", "state", "logger"]
+        assert f"Event.{event.name}" in method.__doc__
+
+
 class Counted(Algorithm):
     """Counts its own completed apply calls (the independent count), and fails on request."""
 

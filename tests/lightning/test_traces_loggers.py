@@ -202,3 +202,9 @@ def test_a_bad_trace_mode_is_refused_with_the_choices(mode) -> None:
 def test_a_bad_trace_file_is_refused() -> None:
     with pytest.raises(TypeError, match="trace_file=3 must be a path"):
         AlgorithmEngineCallback([], trace_file=3)
+
+
+def test_the_trace_store_is_the_core_one_re_exported() -> None:
+    from composer_bridge.core.trace_store import TraceStore as CoreTraceStore
+
+    assert TraceStore is CoreTraceStore and AlgorithmEngineCallback([]).traces.__class__ is CoreTraceStore
