@@ -53,24 +53,64 @@ def _seeded(seed: int, *position: int) -> torch.Generator:
 class GyroDropoutLayer(nn.Module):
     """Dropout restricted to ``sigma`` pre-selected masks, ``tau`` of them active per ``period`` steps.
 
+    Takes Composer's arguments in Composer's order, ``(iters_per_epoch, max_epoch, p, sigma, tau)``,
+    from which the period is :func:`gyro_period` ``(iters_per_epoch * max_epoch, sigma, tau)``; or
+    give ``period`` directly instead of the first two.
+
     Args:
+        iters_per_epoch: training steps per epoch (with ``max_epoch``: the run length).
+        max_epoch: epochs of training.
         p: drop probability of each feature in a mask (kept features are scaled by ``1 / (1 - p)``).
         sigma: masks drawn in total.
-        tau: masks active at once (the batch is split between them).
-        period: training steps between re-selections (see :func:`gyro_period`).
+        tau: masks active at once (the batch is split between them in consecutive groups).
+        period: training steps between re-selections, instead of ``iters_per_epoch``/``max_epoch``
+            (default 1 when neither is given).
         seed: seed of the masks and of their selection.
 
     ``training_step`` counts training forwards; a training loop may set it to its step count.
+    ``dropout_mask`` holds the last training forward's mask (one row per sample), as in Composer.
+
+    Example:
+        >>> layer = GyroDropoutLayer(iters_per_epoch=196, max_epoch=100, p=0.5, sigma=256, tau=16)
+        >>> layer.period  # int(196 * 100 / 256) * 16
+        1216
     """
 
-    def __init__(self, p: float, sigma: int, tau: int, period: int = 1, seed: int = 0) -> None:
+    def __init__(
+        self,
+        iters_per_epoch: int | None = None,
+        max_epoch: int | None = None,
+        p: float = 0.5,
+        sigma: int = 256,
+        tau: int = 16,
+        *,
+        period: int | None = None,
+        seed: int = 0,
+    ) -> None:
         super().__init__()
+        _check(p, sigma, tau, "GyroDropoutLayer")
+        run = (iters_per_epoch, max_epoch)
+        if period is not None and any(v is not None for v in run):
+            raise ValueError(
+                f"GyroDropoutLayer(iters_per_epoch={iters_per_epoch!r}, max_epoch={max_epoch!r}, period={period!r}): "
+                "give either the run length (iters_per_epoch and max_epoch) or the period, not both."
+            )
+        if any(v is not None for v in run):
+            _check_run_length(iters_per_epoch, max_epoch, "GyroDropoutLayer")
+            assert iters_per_epoch is not None and max_epoch is not None
+            period = gyro_period(iters_per_epoch * max_epoch, sigma, tau)
+        period = 1 if period is None else period
+        if isinstance(period, bool) or not isinstance(period, int) or period < 1:
+            raise ValueError(f"GyroDropoutLayer(period={period!r}): must be an int >= 1.")
+        self.iters_per_epoch = iters_per_epoch
+        self.max_epoch = max_epoch
         self.p = p
         self.sigma = sigma
         self.tau = tau
         self.period = period
         self.seed = seed
         self.training_step = 0
+        self.dropout_mask: torch.Tensor | None = None
         self._pool: torch.Tensor | None = None
 
     def extra_repr(self) -> str:
@@ -95,17 +135,24 @@ class GyroDropoutLayer(nn.Module):
         self.training_step += 1
         owner = torch.arange(x.shape[0], device=x.device) * self.tau // x.shape[0]
         mask = pool[chosen[owner]].to(x.dtype).view(x.shape[0], *([1] * (x.dim() - 2)), x.shape[-1])
+        self.dropout_mask = mask
         return x * mask / (1 - self.p)
 
 
-def _check(p: float, sigma: int, tau: int) -> None:
+def _check(p: float, sigma: int, tau: int, where: str = "GyroDropout") -> None:
     if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p < 1:
-        raise ValueError(f"GyroDropout(p={p!r}): must be a probability in [0, 1) (default 0.5).")
+        raise ValueError(f"{where}(p={p!r}): must be a probability in [0, 1) (default 0.5).")
     for name, value in (("sigma", sigma), ("tau", tau)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"GyroDropout({name}={value!r}): must be an int >= 1.")
+            raise ValueError(f"{where}({name}={value!r}): must be an int >= 1.")
     if tau > sigma:
-        raise ValueError(f"GyroDropout(tau={tau}, sigma={sigma}): tau (active masks) cannot exceed sigma (all masks).")
+        raise ValueError(f"{where}(tau={tau}, sigma={sigma}): tau (active masks) cannot exceed sigma (all masks).")
+
+
+def _check_run_length(iters_per_epoch: object, max_epoch: object, where: str) -> None:
+    for name, value in (("iters_per_epoch", iters_per_epoch), ("max_epoch", max_epoch)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{where}({name}={value!r}): must be an int >= 1 (give both iters_per_epoch and max_epoch).")
 
 
 def apply_gyro_dropout(
@@ -132,14 +179,11 @@ def apply_gyro_dropout(
         The number of layers replaced (a warning is raised when it is zero). No parameter changes.
     """
     _check(p, sigma, tau)
-    for name, value in (("iters_per_epoch", iters_per_epoch), ("max_epoch", max_epoch)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"apply_gyro_dropout({name}={value!r}): must be an int >= 1.")
-    period = gyro_period(iters_per_epoch * max_epoch, sigma, tau)
+    _check_run_length(iters_per_epoch, max_epoch, "apply_gyro_dropout")
 
     def convert(module: nn.Module, index: int) -> nn.Module:
         seed = int(torch.randint(0, 2**62, (1,), generator=generator))
-        return GyroDropoutLayer(p, sigma, tau, period, seed)
+        return GyroDropoutLayer(iters_per_epoch, max_epoch, p, sigma, tau, seed=seed)
 
     done = replace_modules(model, {nn.Dropout: convert}, skip=(GyroDropoutLayer,))
     if not done:

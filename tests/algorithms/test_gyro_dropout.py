@@ -73,3 +73,24 @@ def test_twice_equals_once_and_arguments_are_checked() -> None:
         GyroDropout(p=1)
     algorithm = GyroDropout(p=0.3, sigma=32, tau=4)
     assert eval(repr(algorithm)) == algorithm and GyroDropout.required_on_load() and GyroDropout.unique
+
+
+def test_the_layer_takes_composers_arguments_and_exposes_its_last_mask() -> None:
+    torch.manual_seed(0)
+    x = torch.randn(64, 48)
+    layer = GyroDropoutLayer(196, 100, 0.5, 256, 16).train()  # Composer's positional order
+    assert (layer.iters_per_epoch, layer.max_epoch, layer.p, layer.sigma, layer.tau) == (196, 100, 0.5, 256, 16)
+    assert layer.period == int(196 * 100 / 256) * 16 == 1216
+    y = layer(x)
+    mask = layer.dropout_mask
+    assert mask.shape == (64, 48) and set(mask.unique().tolist()) <= {0.0, 1.0}
+    assert torch.equal(y, x * mask * (1 / (1 - 0.5)))  # Composer's check, element for element
+    groups = mask.view(16, 4, 48)  # 16 active masks, each on 4 consecutive samples
+    assert torch.equal(groups, groups[:, :1].expand(-1, 4, -1))
+    assert GyroDropoutLayer(period=5).period == 5 and GyroDropoutLayer().period == 1
+    with pytest.raises(ValueError, match=r"iters_per_epoch=10, max_epoch=None, period=3.*not both"):
+        GyroDropoutLayer(10, period=3)
+    with pytest.raises(ValueError, match=r"GyroDropoutLayer\(max_epoch=None\).*give both"):
+        GyroDropoutLayer(10)
+    with pytest.raises(ValueError, match=r"GyroDropoutLayer\(tau=16, sigma=8\)"):
+        GyroDropoutLayer(1, 1, 0.5, 8, 16)
