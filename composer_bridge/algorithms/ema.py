@@ -155,6 +155,7 @@ class EMA(Algorithm):
     """
 
     unique = True
+    averages_weights = True
 
     def __init__(
         self,
@@ -249,8 +250,17 @@ class EMA(Algorithm):
                 stacklevel=3,
             )
 
+    @property
+    def needs_run_length(self) -> bool:
+        """Whether a half-life or start is a fraction of the run ('auto' falls back to a fixed cap without one)."""
+        fractional_half_life = self._half_life is not None and self._half_life.unit == TimeUnit.DURATION
+        late_start = self._start.unit == TimeUnit.DURATION and float(self._start.value) > 0
+        return fractional_half_life or late_start
+
     def _should_start(self, state: State) -> bool:
         if self._start.unit == TimeUnit.DURATION:
+            if float(self._start.value) <= 0:  # from the start, whether or not the run's length is known
+                return True
             elapsed = state.get_elapsed_duration()
             return elapsed is not None and float(elapsed.value) >= float(self._start.value)
         return float(state.timestamp.get(self._start.unit).value) >= float(self._start.value)
@@ -263,11 +273,15 @@ class EMA(Algorithm):
             return self._interval.unit == TimeUnit.EPOCH
         return event in (
             Event.BATCH_START, Event.EVAL_START, Event.EVAL_END, Event.PREDICT_START, Event.PREDICT_END, Event.AFTER_LOAD,
+            Event.FIT_START,
         )
 
     def apply(self, event: Event, state: State, logger: Logger) -> None:
         if event == Event.AFTER_LOAD:
             self._restore_training_weights(state.model)
+        elif event == Event.FIT_START:
+            if self._ema is not None:  # restored from a checkpoint on the CPU: follow the model to its device
+                self._ensure_device(state.model)
         elif event in (Event.EVAL_START, Event.PREDICT_START):
             self._swap_in(state.model)
         elif event in (Event.EVAL_END, Event.PREDICT_END, Event.BATCH_START):

@@ -13,7 +13,6 @@ Example:
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Iterable
 
 import torch
@@ -147,6 +146,7 @@ class GradientClipping(Algorithm):
     """
 
     unique = True
+    clips_gradients = True
 
     def __init__(self, clipping_type: str, clipping_threshold: float) -> None:
         _check_clipping(clipping_type, clipping_threshold, "GradientClipping")
@@ -154,17 +154,14 @@ class GradientClipping(Algorithm):
         self.clipping_threshold = clipping_threshold
 
     def match(self, event: Event, state: State) -> bool:
-        return event == Event.AFTER_TRAIN_BATCH or event == Event.FIT_START
+        return event == Event.AFTER_TRAIN_BATCH
 
     def apply(self, event: Event, state: State, logger: Logger) -> None:
-        if event == Event.FIT_START:
-            lightning_clip = getattr(state.trainer, "gradient_clip_val", None)
-            if lightning_clip:
-                warnings.warn(
-                    f"GradientClipping({self.clipping_type!r}, {self.clipping_threshold}) and the Trainer's "
-                    f"gradient_clip_val={lightning_clip} both clip: Lightning clips again after this algorithm. "
-                    "Keep one of them.",
-                    stacklevel=2,
-                )
+        stepping = state.stepping_optimizer
+        if stepping is not None and len(state.optimizers) > 1:
+            # Several optimizers stepped one at a time (manual optimization): clip what this one is
+            # about to step, so each gets its own norm and none is clipped against another's gradients.
+            parameters = [p for group in stepping.param_groups for p in group["params"]]
+            apply_gradient_clipping(parameters, self.clipping_type, float(self.clipping_threshold))
             return
         apply_gradient_clipping(state.model, self.clipping_type, float(self.clipping_threshold))

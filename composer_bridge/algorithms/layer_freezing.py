@@ -155,6 +155,8 @@ class LayerFreezing(Algorithm):
     """
 
     unique = True
+    needs_run_length = True  # freezes by the fraction of the run done
+    freezes_layers = True
     find_unused_parameters = True
 
     def __init__(self, freeze_start: float = 0.5, freeze_level: float = 1.0) -> None:

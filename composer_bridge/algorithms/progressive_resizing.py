@@ -153,6 +153,7 @@ size_increment=4, resize_targets=False, input_key=0, target_key=1)
 
     unique = True
     augments_data = True
+    needs_run_length = True  # the schedule is placed by fractions of the run
 
     def __init__(
         self,

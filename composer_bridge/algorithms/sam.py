@@ -183,6 +183,7 @@ class SAM(Algorithm):
     """
 
     unique = True
+    needs_optimizer_closure = True
 
     def __init__(self, rho: float = 0.05, epsilon: float = 1.0e-12, interval: int = 1) -> None:
         _check(rho, epsilon, interval, "SAM")
@@ -206,19 +207,16 @@ class SAM(Algorithm):
             if isinstance(optimizer, SAMOptimizer):
                 wrapped.append(optimizer)
                 continue
-            sam = SAMOptimizer(optimizer, self.rho, self.epsilon, self.interval, steps[i] if i < len(steps) else 0)
-            sam.before_second_closure = _rearm_after_train_batch(state)
-            wrapped.append(sam)
+            wrapped.append(SAMOptimizer(optimizer, self.rho, self.epsilon, self.interval, steps[i] if i < len(steps) else 0))
         self._wrapped = wrapped
+        # The loop steps what state.optimizers holds after FIT_START (the Lightning bridge hands the
+        # wrappers to its strategy); every closure evaluation fires AFTER_TRAIN_BATCH, so gradient
+        # clipping and friends see both gradients of a SAM step, as in Composer.
         state.optimizers = list(wrapped)
-        strategy = getattr(state.trainer, "strategy", None)
-        if strategy is not None:
-            # Lightning steps what its strategy holds; give it the wrappers (it re-wraps them in LightningOptimizer).
-            strategy.optimizers = list(wrapped)
 
     def _check_loop(self, state: State) -> None:
-        plugin = getattr(state.trainer, "precision_plugin", None)
-        if str(state.precision) in ("16-mixed", "16") or getattr(plugin, "scaler", None) is not None:
+        """Refuse loops that cannot evaluate the closure twice (the bridge checks the Trainer at setup too)."""
+        if str(state.precision) in ("16-mixed", "16"):
             raise ValueError(
                 f"SAM cannot run with precision={state.precision!r}: fp16 AMP's gradient scaler evaluates the "
                 "closure once and then steps without it, so SAM's second forward/backward cannot happen. Use "
@@ -226,14 +224,13 @@ class SAM(Algorithm):
             )
         if state.accumulate_grad_batches > 1:
             raise ValueError(
-                f"SAM cannot run with accumulate_grad_batches={state.accumulate_grad_batches}: Lightning's closure "
+                f"SAM cannot run with accumulate_grad_batches={state.accumulate_grad_batches}: the loop's closure "
                 "re-evaluates only the last micro-batch, so SAM's second gradient would miss the others. Use a "
                 "larger batch size (or more devices) instead of accumulation."
             )
-        automatic = getattr(getattr(state.trainer, "lightning_module", None), "automatic_optimization", True)
-        if not automatic:
+        if not state.automatic_optimization:
             raise ValueError(
-                "SAM wraps the optimizer for Lightning's automatic optimization; this module sets "
+                "SAM wraps the optimizer for the loop's automatic optimization; this module sets "
                 "automatic_optimization=False. Call SAMOptimizer(optimizer).step(closure) in your training_step."
             )
 
@@ -246,23 +243,3 @@ class SAM(Algorithm):
             raise ValueError(f"SAM state has keys {sorted(state)}; expected ['global_steps'].")
         self._global_steps = [int(s) for s in state["global_steps"]]
 
-
-def _rearm_after_train_batch(state: State) -> Callable[[], None] | None:
-    """Let AFTER_TRAIN_BATCH fire again for the second gradient of a SAM step.
-
-    The Lightning bridge fires AFTER_TRAIN_BATCH at the first ``on_before_optimizer_step`` of an
-    optimizer step; SAM's second closure evaluation calls that hook again. Composer fires the event
-    after each evaluation, so gradient clipping and friends see the gradient that is actually used.
-    """
-    trainer = state.trainer
-    if trainer is None:
-        return None
-    bridges = [cb for cb in getattr(trainer, "callbacks", []) if getattr(cb, "state", None) is state]
-    if not bridges or not hasattr(bridges[0], "_stepped"):
-        return None
-    bridge = bridges[0]
-
-    def rearm() -> None:
-        bridge._stepped = False
-
-    return rearm

@@ -66,6 +66,7 @@ class SWA(Algorithm):
     """
 
     unique = True
+    averages_weights = True
 
     def __init__(
         self,
@@ -118,6 +119,11 @@ class SWA(Algorithm):
         self.swa_completed = False
         self._lr_start: list[list[float]] | None = None
         self._lr_steps = 0
+
+    @property
+    def needs_run_length(self) -> bool:
+        """Whether the window is given as fractions of the run (the bridge then needs its length)."""
+        return self._start.unit == TimeUnit.DURATION
 
     # --- schedule -----------------------------------------------------------------------------
     def _now(self, state: State) -> Time:

@@ -50,7 +50,10 @@ class State:
     - ``seed``, ``precision``, ``device``, ``rank``, ``world_size``;
     - ``algorithms`` and ``callbacks`` the engine runs (they may change between events);
     - ``dataloader``, ``dataloader_len``, ``microbatch_index`` (micro-batch within the step),
-      ``accumulate_grad_batches``, ``sanity_checking`` (the pre-fit validation check);
+      ``accumulate_grad_batches``, ``sanity_checking`` (the pre-fit validation check),
+      ``evaluating`` (an evaluation or prediction is running), ``automatic_optimization`` (the
+      loop steps the optimizers itself; ``False`` when the user's code calls ``optimizer.step()``),
+      ``stepping_optimizer`` (the optimizer about to step, at ``AFTER_TRAIN_BATCH``);
     - ``trainer``: the framework object driving the loop, for framework-specific access;
     - ``extra``: a free dict for anything else.
     """
@@ -101,6 +104,9 @@ class State:
         self.microbatch_index = 0
         self.accumulate_grad_batches = 1
         self.sanity_checking = False
+        self.evaluating = False
+        self.automatic_optimization = True
+        self.stepping_optimizer: torch.optim.Optimizer | None = None
         self.stop_requested = False
         self.extra: dict[str, Any] = {}
         self._generators: dict[tuple[str, str], tuple[torch.Generator, tuple[int, ...]]] = {}
@@ -121,8 +127,11 @@ class State:
         self._uncounted = None
         self._timestamp = value
 
-    def count_batch(self, samples: int, seconds: float) -> None:
+    def count_batch(self, samples: int, seconds: float, batches: int = 1) -> None:
         """Count one finished batch (optimizer step) of ``samples`` samples that took ``seconds``.
+
+        ``batches`` > 1 counts several optimizer steps taken in one batch (several optimizers
+        stepped by hand): ``timestamp.batch`` then keeps up with Lightning's ``global_step``.
 
         The same as ``state.timestamp = state.timestamp.to_next_batch(samples=samples, duration=seconds)``,
         except that the new :class:`Timestamp` is built when ``timestamp`` is next read: a loop that
@@ -143,9 +152,9 @@ class State:
             seconds = float(seconds)
         uncounted = self._uncounted
         if uncounted is None:
-            self._uncounted = [1, samples, seconds, seconds]
+            self._uncounted = [batches, samples, seconds, seconds]
         else:
-            uncounted[0] += 1
+            uncounted[0] += batches
             uncounted[1] += samples
             uncounted[2] += seconds
             uncounted[3] = seconds
@@ -215,8 +224,9 @@ class State:
         """A ``torch.Generator`` on ``device`` for the caller named ``key`` (an algorithm's class name).
 
         Its seed is a pure function of ``(seed, rank, key, epoch, step, micro-batch, eval batch)``,
-        re-derived whenever the loop moves on. Randomness therefore depends only on *where* in
-        training it is drawn: a run resumed from a checkpoint draws exactly what the uninterrupted
+        re-derived whenever the loop moves on; the eval batch counts only while ``evaluating``, so
+        training draws never depend on how many evaluation batches ran before them. Randomness
+        therefore depends only on *where* in training it is drawn: a run resumed from a checkpoint draws exactly what the uninterrupted
         run drew, on every rank and device, with no generator state to save; each key has its own
         stream, so adding an algorithm never changes another's draws.
 
@@ -233,7 +243,7 @@ class State:
             device = torch.device("cuda", torch.cuda.current_device())
         position = (
             int(self.timestamp.epoch.value), int(self.timestamp.batch.value), self.microbatch_index,
-            int(self.eval_timestamp.batch.value),
+            int(self.eval_timestamp.batch.value) if self.evaluating else -1,
         )
         slot = (key, str(device))
         entry = self._generators.get(slot)

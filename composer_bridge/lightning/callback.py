@@ -7,28 +7,28 @@ Example:
     ...     max_epochs=1, logger=False, enable_progress_bar=False, enable_checkpointing=False,
     ...     callbacks=[AlgorithmEngineCallback([LabelSmoothing(0.1)])])
 
-Which Lightning hook fires which event is documented in ``docs/how-it-works.md``; in short:
-``INIT`` at ``setup`` (before optimizers, DDP wrapping and checkpoint loading), the data events
-around the module's batch-transfer hooks, forward/loss events inside ``training_step``,
-``AFTER_BACKWARD`` per micro-batch, ``AFTER_TRAIN_BATCH`` at ``on_before_optimizer_step``, and
-the step events once per optimizer step.
+Each Lightning hook below fires the events :data:`~composer_bridge.lightning.hook_map.HOOK_EVENTS`
+lists for it, and does little else. The jobs around the mapping live in objects the callback holds:
+:class:`~composer_bridge.lightning.module_hooks.ModuleHooks` (instance hooks on the module),
+:class:`~composer_bridge.lightning.step_clock.StepClock` (micro-batches, steps, wall-clock),
+:class:`~composer_bridge.lightning.checkpoint_state.BridgeCheckpoint` (checkpoints),
+:mod:`~composer_bridge.lightning.setup_checks` (what is refused at setup),
+:mod:`~composer_bridge.lightning.algorithm_runs` (a new model starts fresh), and
+:class:`~composer_bridge.lightning.traces.TraceReporting` (traces to the loggers). Lightning
+details that are not public API are used only through :mod:`~composer_bridge.lightning._compat`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import time
 import warnings
-import weakref
 from collections.abc import Sequence
 from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.trainer.states import RunningStage, TrainerFn
-from lightning.pytorch.utilities.model_helpers import is_overridden
+from lightning.pytorch.trainer.states import TrainerFn
 
 from composer_bridge.core.algorithm import Algorithm, check_algorithms
 from composer_bridge.core.callback import Callback as EngineCallback
@@ -38,20 +38,17 @@ from composer_bridge.core.logger import Logger
 from composer_bridge.core.passes import normalize_passes
 from composer_bridge.core.state import State
 from composer_bridge.core.time import Time, Timestamp, TimeUnit
-from composer_bridge.lightning.checkpoint_state import (
-    FORMAT,
-    CheckpointStateError,
-    algorithm_entry,
-    check_bridge_state,
-    known_algorithm_classes,
-    rebuild_algorithm,
-)
+from composer_bridge.lightning import _compat, algorithm_runs
+from composer_bridge.lightning.checkpoint_state import BridgeCheckpoint, check_known_algorithms
 from composer_bridge.lightning.cost_report import CostReport
 from composer_bridge.lightning.cost_report import cost_report as build_cost_report
+from composer_bridge.lightning.hook_map import HOOK_EVENTS
 from composer_bridge.lightning.loggers import LightningLoggers
 from composer_bridge.lightning.module import ComposerModule, _batch_size, attach_bridge, detach_bridge
-from composer_bridge.lightning.module_patches import ModulePatches
+from composer_bridge.lightning.module_hooks import ModuleHooks
 from composer_bridge.lightning.plan import Plan, make_plan
+from composer_bridge.lightning.setup_checks import BridgeConfigurationError, check_module, check_trainer
+from composer_bridge.lightning.step_clock import StepClock
 from composer_bridge.lightning.traces import TraceMode, TraceReporting, TraceStore
 from composer_bridge.lightning.wandb_report import wandb_run_config
 
@@ -59,16 +56,13 @@ __all__ = ["AlgorithmEngineCallback", "BridgeConfigurationError"]
 
 log = logging.getLogger(__name__)
 
-# Lightning dispatches every hook to every callback, each through a profiler context (a few µs
-# each), but skips a hook whose attribute is not callable. The bridge shadows with ``None`` on the
-# instance the per-step hooks it has no use for (always), and while nothing listens those that only
-# fire events, so an idle bridge receives two hooks per step instead of six (see _shadow_hooks).
+# Lightning dispatches every hook to every callback (each through a profiler context), but skips a
+# hook that is not callable (_compat.hide_hook). Hooks the bridge never needs stay hidden; the
+# per-step hooks that only fire events are hidden while nothing listens, so an idle bridge
+# receives one hook per step (on_train_batch_end, which keeps the step clock).
 _UNUSED_STEP_HOOKS = ("on_before_zero_grad", "on_before_backward")
-_EVENT_ONLY_STEP_HOOKS = ("on_train_batch_start", "on_after_backward")
-
-
-class BridgeConfigurationError(ValueError):
-    """The algorithms cannot run with this module, strategy or checkpoint; the message says how to fix it."""
+_EVENT_ONLY_STEP_HOOKS = ("on_train_batch_start", "on_after_backward", "on_before_optimizer_step")
+_RUNTIME = ("state", "engine", "_trainer", "_hooks", "_initialized_model", "_run_event", "_clock", "logger", "_reporting")
 
 
 class AlgorithmEngineCallback(L.Callback):
@@ -89,6 +83,12 @@ class AlgorithmEngineCallback(L.Callback):
             ``"summary"`` (each key once, plus totals at fit end; the default), ``"every_event"``,
             or an int ``n`` (each key at most once every n steps). See ``docs/traces.md``.
         trace_file: also write the text trace (``[STEP=3][LayerFreezing/EPOCH_END=1]``) to this file.
+
+    One callback serves one model at a time. Given a *different* model (the same callback or
+    algorithm instances reused in a new ``Trainer`` or ``fit``), the run starts fresh: new state,
+    traces and costs, and every algorithm reset to how it was constructed. The same model keeps its
+    state across ``fit``/``validate``/``test``/``predict`` calls. Copies (``copy.deepcopy``,
+    ``pickle``) carry the configuration and the algorithms, not the run in progress.
 
     Example:
         >>> from composer_bridge.algorithms import LabelSmoothing
@@ -111,6 +111,11 @@ class AlgorithmEngineCallback(L.Callback):
         trace_file: str | os.PathLike[str] | None = None,
     ) -> None:
         super().__init__()
+        if isinstance(algorithms, type) and issubclass(algorithms, Algorithm):
+            raise TypeError(
+                f"AlgorithmEngineCallback({algorithms.__name__}) got the class {algorithms.__name__}, not an instance: "
+                f"write AlgorithmEngineCallback([{algorithms.__name__}()])."
+            )
         self.algorithms: list[Algorithm] = check_algorithms(algorithms if algorithms is not None else [])
         _check_unique(self.algorithms)
         self.engine_callbacks: list[EngineCallback] = _check_engine_callbacks(callbacks)
@@ -118,49 +123,63 @@ class AlgorithmEngineCallback(L.Callback):
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise TypeError(f"AlgorithmEngineCallback(seed={seed!r}): seed must be an int or None.")
         self.seed = seed
-        self.add_missing_on_load = add_missing_on_load
-        self.known_algorithms = tuple(known_algorithms)
+        self._checkpoint = BridgeCheckpoint(bool(add_missing_on_load), check_known_algorithms(known_algorithms))
         self.measure_cost = measure_cost
-        self.logger = Logger()
-        self._cost: dict[str, list[float]] = {}  # kept across fit/validate calls (see cost)
+        self._trace_mode = trace_mode
+        self._trace_file = trace_file
+        self._cost: dict[str, list[float]] = {}  # kept across fit/validate calls of one model (see cost)
+        self._conflicts: list[str] = []  # known conflicts found at setup, listed by plan()
+        self.listening = False
+        self._init_runtime()
         self._reporting = TraceReporting(trace_mode, trace_file)
+        for name in _UNUSED_STEP_HOOKS + _EVENT_ONLY_STEP_HOOKS:
+            self._hide(name)
+
+    def _init_runtime(self) -> None:
+        """The parts of the callback that belong to one run (dropped by copies)."""
         self.state: State | None = None
         self.engine: Engine | None = None
+        self.logger = Logger()
         self._trainer: L.Trainer | None = None
-        self._patches: ModulePatches | None = None
-        self._data_patches: ModulePatches | None = None
-        self._initialized: weakref.ref[torch.nn.Module] | None = None
-        # Whether anything listens to the per-step events (Engine.has_listeners), read between steps;
-        # the module's event hooks are installed the first time something does.
-        self._listening = False
-        self._stepped = False
-        self._micro = 0
-        self._step_samples = 0
-        self._loaded_samples: int | None = None
-        self._batch_started_at = 0.0
-        self._eval_started_at = 0.0
-        self._fit_started_at = 0.0
-        # The hooks call the engine directly (set in setup); before setup this raises a clear error.
-        self._run: Any = self.run_event
-        self._shadow_hooks(_UNUSED_STEP_HOOKS + _EVENT_ONLY_STEP_HOOKS, shadow=True)
+        self._hooks: ModuleHooks | None = None
+        self._clock = StepClock()
+        self._initialized_model: int | None = None  # id() of the model INIT ran for
+        # The hooks call the engine directly once it exists; before setup this raises a clear error.
+        self._run_event: Any = self.run_event
 
-    def _shadow_hooks(self, names: tuple[str, ...], *, shadow: bool) -> None:
-        """Hide (``shadow=True``) or restore this instance's ``names`` hooks from Lightning's dispatch.
+    @property
+    def add_missing_on_load(self) -> bool:
+        """Re-create surgery algorithms a checkpoint needs and this run lacks (else refuse the checkpoint)."""
+        return self._checkpoint.add_missing_on_load
 
-        A hook a subclass overrides is never hidden: the subclass's code runs as written.
-        """
-        for name in names:
-            if getattr(type(self), name) is not getattr(AlgorithmEngineCallback, name):
-                continue
-            if shadow:
-                setattr(self, name, None)
-            else:
-                with contextlib.suppress(AttributeError):  # not hidden: nothing to restore
-                    delattr(self, name)
+    @property
+    def known_algorithms(self) -> tuple[type, ...]:
+        """Your own algorithm classes that ``add_missing_on_load`` may re-create."""
+        return self._checkpoint.known_algorithms
+
+    # ------------------------------------------------------------------------------------------
+    # copies: configuration and algorithms, never the run in progress
+    # ------------------------------------------------------------------------------------------
+    def __getstate__(self) -> dict[str, Any]:
+        state = {k: v for k, v in self.__dict__.items() if k not in _RUNTIME}
+        state["listening"] = False
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._init_runtime()
+        self._reporting = TraceReporting(self._trace_mode, self._trace_file)
+        for name in _EVENT_ONLY_STEP_HOOKS:
+            self._hide(name)
 
     # ------------------------------------------------------------------------------------------
     # engine plumbing
     # ------------------------------------------------------------------------------------------
+    def _hide(self, name: str) -> None:
+        """Hide a hook from Lightning, unless a subclass overrides it (its code then runs as written)."""
+        if getattr(type(self), name) is getattr(AlgorithmEngineCallback, name):
+            _compat.hide_hook(self, name)
+
     @property
     def cost(self) -> dict[str, list[float]]:
         """``"<Algorithm>/<EVENT>"`` → ``[calls, seconds in apply]``, kept across fit/validate calls.
@@ -172,8 +191,13 @@ class AlgorithmEngineCallback(L.Callback):
 
     def run_event(self, event: Event) -> Any:
         """Run ``event`` through the engine now (the hooks below call this)."""
-        assert self.engine is not None, "AlgorithmEngineCallback used before Trainer setup"
+        if self.engine is None:
+            raise RuntimeError("AlgorithmEngineCallback.run_event was called before Trainer setup.")
         return self.engine.run_event(event)
+
+    def _fire(self, hook: str) -> None:
+        for event in HOOK_EVENTS[hook]:
+            self._run_event(event)
 
     def _new_engine(self) -> Engine:
         assert self.state is not None
@@ -182,57 +206,85 @@ class AlgorithmEngineCallback(L.Callback):
         engine.on_handler_added = self._refresh_listening
         return engine
 
-    def _make_destinations(self, trainer: L.Trainer) -> list[Any]:
-        """Where the engine logger writes: the Trainer's Lightning loggers."""
-        return [LightningLoggers(trainer), self._reporting.destination(trainer, self._current_step)]
+    def _refresh_listening(self) -> None:
+        """Read whether anything listens; the first time something does, install the module's event hooks.
+
+        Called at setup, between steps and at the start of evaluation. While no algorithm, engine
+        callback or handler exists, the bridge fires no per-step event and hooks nothing into the
+        module, so an empty bridge costs only its step bookkeeping. A handler (``engine.on``) is
+        heard at once; an algorithm or engine callback added during a run, from the next step on.
+        """
+        listening = self.engine is not None and self.engine.has_listeners()
+        if listening and self._hooks is not None and self._trainer is not None:
+            self._hooks.install_events(self._trainer)
+        if listening is not self.listening:
+            self.listening = listening
+            for name in _EVENT_ONLY_STEP_HOOKS:
+                if listening:
+                    _compat.show_hook(self, name)
+                else:
+                    self._hide(name)
+            if listening and self.state is not None:  # an idle bridge leaves the logger's step behind
+                self.logger.step = self._current_step()
 
     # ------------------------------------------------------------------------------------------
-    # setup: INIT, capability checks, module hooks
+    # setup: a run per model, INIT, checks, module hooks
     # ------------------------------------------------------------------------------------------
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         self._trainer = trainer
         if self.state is None or self.state.model is not pl_module:
-            self.state = State(pl_module, algorithms=self.algorithms, callbacks=self.engine_callbacks)
-            self.state.seed = self.seed if self.seed is not None else _default_seed()
+            self._start_run(pl_module)
         state = self.state
+        assert state is not None
         state.trainer = trainer
         state.rank = trainer.global_rank
         state.world_size = trainer.world_size
         state.precision = str(trainer.precision)
         state.device = trainer.strategy.root_device
         state.accumulate_grad_batches = trainer.accumulate_grad_batches
+        state.automatic_optimization = bool(pl_module.automatic_optimization)
         state.max_duration = _max_duration(trainer)
-        self.logger.destinations = self._make_destinations(trainer)
-        self.logger.step = int(state.timestamp.batch.value)
+        self.logger.destinations = [LightningLoggers(trainer), self._reporting.destination(trainer, self._current_step)]
+        self.logger.step = self._current_step()
         if self.engine is None or self.engine.closed:
             self.engine = self._new_engine()
-        self._run = self.engine.run_event
-        self._check_module(pl_module)
-        if stage == TrainerFn.FITTING.value or stage == "fit":
+        self._run_event = self.engine.run_event
+        check_module(state.algorithms, pl_module, isinstance(pl_module, ComposerModule))
+        if stage == TrainerFn.FITTING.value:
+            self._conflicts = check_trainer(state.algorithms, trainer, state.automatic_optimization)
+            for sentence in self._conflicts:
+                warnings.warn(sentence, stacklevel=2)
             self._configure_ddp(trainer)
-        self._install_patches(pl_module, trainer)
+        if self._hooks is None or self._hooks.module is not pl_module:
+            self._remove_hooks()
+            self._hooks = ModuleHooks(pl_module, self)
         attach_bridge(pl_module, self)
-        initialized = self._initialized() if self._initialized is not None else None
-        if initialized is not pl_module:
-            self._run(Event.INIT)
-            self._initialized = weakref.ref(pl_module)
+        self._refresh_listening()
+        if self._initialized_model != id(pl_module):
+            self._initialized_model = id(pl_module)
+            self._fire("setup")
 
-    def _check_module(self, pl_module: L.LightningModule) -> None:
-        if isinstance(pl_module, ComposerModule):
-            return
-        needy = [type(a).__name__ for a in self.algorithms if a.needs_loss_events]
-        if needy:
-            raise BridgeConfigurationError(
-                f"{', '.join(needy)} need{'s' if len(needy) == 1 else ''} the BEFORE_FORWARD/BEFORE_LOSS events, "
-                f"which {type(pl_module).__name__} cannot provide: its training_step computes forward and loss "
-                "together. Fix: subclass composer_bridge.ComposerModule (implement forward(batch) and "
-                "loss(outputs, batch)) or wrap your network in composer_bridge.ComposerClassifier; or remove "
-                "these algorithms (algorithms that act on data, weights or the optimizer work with any module)."
-            )
+    def _start_run(self, pl_module: L.LightningModule) -> None:
+        """A new model: fresh state, traces and costs; algorithms that served another run start fresh."""
+        if self.state is not None:
+            log.info("AlgorithmEngineCallback: a new model (%s); the run starts fresh.", type(pl_module).__name__)
+            self._remove_hooks()
+            self._cost = {}
+            self._reporting = TraceReporting(self._trace_mode, self._trace_file)
+            self._clock = StepClock()
+            self.engine = None
+            self._initialized_model = None
+        run = algorithm_runs.new_run_id()
+        for algorithm in self.algorithms:
+            if algorithm_runs.bind(algorithm, run):
+                log.info("%s served another run: it starts fresh for %s.", type(algorithm).__name__, type(pl_module).__name__)
+        self.state = State(pl_module, algorithms=self.algorithms, callbacks=self.engine_callbacks)
+        self.state.seed = self.seed if self.seed is not None else _default_seed()
 
     def _configure_ddp(self, trainer: L.Trainer) -> None:
-        needy = [type(a).__name__ for a in self.algorithms if a.find_unused_parameters]
-        kwargs = getattr(trainer.strategy, "_ddp_kwargs", None)
+        assert self.state is not None
+        needy = [type(a).__name__ for a in self.state.algorithms if a.find_unused_parameters]
+        kwargs = _compat.ddp_kwargs(trainer.strategy)
         if not needy or kwargs is None:
             return
         if "find_unused_parameters" not in kwargs:
@@ -246,160 +298,70 @@ class AlgorithmEngineCallback(L.Callback):
                 stacklevel=2,
             )
 
-    def _install_patches(self, pl_module: L.LightningModule, trainer: L.Trainer) -> None:
-        if self._patches is not None and self._patches.module is pl_module:
-            self._refresh_listening()
-            return
-        self._remove_patches()
-        patches = self._patches = ModulePatches(pl_module)
-        on_load = patches.original("on_load_checkpoint")
-
-        def on_load_checkpoint(checkpoint: dict[str, Any]) -> None:
-            self._run(Event.BEFORE_LOAD)
-            self._check_checkpoint_fits(checkpoint)
-            return on_load(checkpoint)
-
-        patches.set("on_load_checkpoint", on_load_checkpoint)
-        self._refresh_listening()
-
-    def _refresh_listening(self) -> None:
-        """Read whether anything listens; the first time something does, install the module's event hooks.
-
-        Called at setup, between steps and at the start of evaluation. While no algorithm, engine
-        callback or handler exists, the bridge fires no per-step event and hooks nothing into the
-        module, so an empty bridge costs only its step bookkeeping. A handler (``engine.on``) is
-        heard at once; an algorithm or engine callback added during a run, from the next step on.
-        """
-        listening = self.engine is not None and self.engine.has_listeners()
-        if listening and self._data_patches is None and self._patches is not None and self._trainer is not None:
-            self._install_event_patches(self._patches, self._trainer)
-        if listening is not self._listening:
-            self._set_listening(listening)
-
-    def _set_listening(self, listening: bool) -> None:
-        self._shadow_hooks(_EVENT_ONLY_STEP_HOOKS, shadow=not listening)
-        self._listening = listening
-        if listening and self.state is not None:  # an idle bridge leaves the logger's step behind
-            self.logger.step = self._current_step()
-
-    def _install_event_patches(self, patches: ModulePatches, trainer: L.Trainer) -> None:
-        pl_module = patches.module
-        # With a LightningDataModule, Lightning runs the batch-transfer hooks of the DataModule when it
-        # overrides them (and warns when only the module does): the data events go on the DataModule then.
-        datamodule = trainer.datamodule
-        data_patches = patches if datamodule is None else ModulePatches(datamodule)  # type: ignore[arg-type]
-        self._data_patches = data_patches
-        before_transfer = data_patches.original("on_before_batch_transfer")
-        after_transfer = data_patches.original("on_after_batch_transfer")
-        backward = patches.original("backward")
-
-        def on_before_batch_transfer(batch: Any, dataloader_idx: int) -> Any:
-            if self._listening and _training(trainer):
-                self._run(Event.BEFORE_DATALOADER)
-            return before_transfer(batch, dataloader_idx)
-
-        def on_after_batch_transfer(batch: Any, dataloader_idx: int) -> Any:
-            batch = after_transfer(batch, dataloader_idx)
-            if not _training(trainer):
-                return batch
-            return self._after_dataloader(batch)
-
-        def backward_hook(loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
-            if self.state is not None and any(a.backwards_create_graph for a in self.state.algorithms):
-                kwargs.setdefault("create_graph", True)
-            return backward(loss, *args, **kwargs)
-
-        data_patches.set("on_before_batch_transfer", on_before_batch_transfer)
-        data_patches.set("on_after_batch_transfer", on_after_batch_transfer)
-        patches.set("backward", backward_hook)
-        if not isinstance(pl_module, ComposerModule):
-            self._patch_plain_steps(pl_module, patches)
-
-    def _patch_plain_steps(self, pl_module: L.LightningModule, patches: ModulePatches) -> None:
-        """A plain module gets BEFORE_BACKWARD after its training_step, and eval/predict forward events."""
-        training_step = patches.original("training_step")
-
-        def wrapped_training_step(*args: Any, **kwargs: Any) -> Any:
-            output = training_step(*args, **kwargs)
-            loss = output.get("loss") if isinstance(output, dict) else output
-            if not isinstance(loss, torch.Tensor):
-                return output
-            state = self.state
-            assert state is not None
-            state.outputs, state.loss = output, loss
-            self._run(Event.BEFORE_BACKWARD)
-            if state.loss is loss:
-                return output
-            if isinstance(output, dict):
-                return {**output, "loss": state.loss}
-            return state.loss
-
-        patches.set("training_step", wrapped_training_step)
-        for name, before, after in (
-            ("validation_step", Event.EVAL_BEFORE_FORWARD, Event.EVAL_AFTER_FORWARD),
-            ("test_step", Event.EVAL_BEFORE_FORWARD, Event.EVAL_AFTER_FORWARD),
-            ("predict_step", Event.PREDICT_BEFORE_FORWARD, Event.PREDICT_AFTER_FORWARD),
-        ):
-            if not is_overridden(name, pl_module):
-                continue
-            patches.set(name, self._wrap_eval_step(patches.original(name), before, after))
-
-    def _wrap_eval_step(self, step: Any, before: Event, after: Event) -> Any:
-        def wrapped(batch: Any, *args: Any, **kwargs: Any) -> Any:
-            state = self.state
-            assert state is not None
-            state.batch = batch
-            self._run(before)
-            state.outputs = step(state.batch, *args, **kwargs)
-            self._run(after)
-            return state.outputs
-
-        return wrapped
-
     # ------------------------------------------------------------------------------------------
-    # the step bodies ComposerModule calls while the bridge is attached
+    # the step bodies ComposerModule and the module hooks call while the bridge is attached
     # ------------------------------------------------------------------------------------------
     def composer_train_step(self, module: ComposerModule, batch: Any) -> tuple[Any, Any, torch.Tensor]:
         """Forward and loss of one training micro-batch, with their events; returns (batch, outputs, loss)."""
         state = self.state
-        assert state is not None and self.engine is not None
-        run = self.engine.run_event
+        assert state is not None
+        run = self._run_event
+        before_forward, after_forward, before_loss, after_loss, before_backward = HOOK_EVENTS["training_step"]
         state.batch = batch
-        run(Event.BEFORE_FORWARD)
+        run(before_forward)
         state.outputs = module(state.batch)
-        run(Event.AFTER_FORWARD)
-        run(Event.BEFORE_LOSS)
+        run(after_forward)
+        run(before_loss)
         state.loss = module.loss(state.outputs, state.batch)
-        run(Event.AFTER_LOSS)
-        run(Event.BEFORE_BACKWARD)
+        run(after_loss)
+        run(before_backward)
         return state.batch, state.outputs, state.loss
 
     def composer_eval_forward(self, module: ComposerModule, batch: Any) -> Any:
         """The evaluation forward pass, between EVAL_BEFORE_FORWARD and EVAL_AFTER_FORWARD."""
-        return self._forward_between(module, batch, Event.EVAL_BEFORE_FORWARD, Event.EVAL_AFTER_FORWARD)
+        return self._forward_between(module, batch, "validation_step")
 
     def composer_predict_forward(self, module: ComposerModule, batch: Any) -> Any:
         """The prediction forward pass, between PREDICT_BEFORE_FORWARD and PREDICT_AFTER_FORWARD."""
-        return self._forward_between(module, batch, Event.PREDICT_BEFORE_FORWARD, Event.PREDICT_AFTER_FORWARD)
+        return self._forward_between(module, batch, "predict_step")
 
-    def _forward_between(self, module: ComposerModule, batch: Any, before: Event, after: Event) -> Any:
+    def _forward_between(self, module: ComposerModule, batch: Any, hook: str) -> Any:
         state = self.state
         assert state is not None
+        before, after = HOOK_EVENTS[hook]
         state.batch = batch
-        self._run(before)
+        self._run_event(before)
         state.outputs = module.eval_forward(state.batch)
-        self._run(after)
+        self._run_event(after)
         return state.outputs
 
-    def _after_dataloader(self, batch: Any) -> Any:
+    def after_dataloader(self, batch: Any) -> Any:
+        """The module's ``on_after_batch_transfer`` (training): AFTER_DATALOADER may replace the batch."""
         state = self.state
         assert state is not None
-        state.microbatch_index = self._micro
+        state.microbatch_index = self._clock.micro
         state.batch = batch
-        self._loaded_samples = _batch_size(batch) or 0  # as loaded, before AFTER_DATALOADER (Composer's count)
-        if self._listening:
-            self._run(Event.AFTER_DATALOADER)
+        self._clock.loaded_samples = _batch_size(batch) or 0  # as loaded, before AFTER_DATALOADER (Composer's count)
+        if self.listening:
+            self._fire("on_after_batch_transfer")
         return state.batch
+
+    def before_load(self, checkpoint: dict[str, Any]) -> None:
+        """The module's ``on_load_checkpoint``: BEFORE_LOAD, then refuse (or repair) a checkpoint that does not fit."""
+        state = self.state
+        assert state is not None
+        self._fire("on_load_checkpoint")
+        raw = (checkpoint.get("callbacks") or {}).get(self.state_key)
+        strategy = self._trainer.strategy if self._trainer is not None else None
+        rebuilt = self._checkpoint.check_fits(
+            state, raw, "state_dict" in checkpoint, _compat.restores_checkpoint_after_setup(strategy)
+        )
+        for algorithm in rebuilt:
+            algorithm_runs.bind(algorithm, algorithm_runs.new_run_id())
+            state.algorithms = [*state.algorithms, algorithm]
+            self.algorithms = state.algorithms
+            if algorithm.match(Event.INIT, state):
+                algorithm.apply(Event.INIT, state, self.logger)
 
     # ------------------------------------------------------------------------------------------
     # fit
@@ -410,9 +372,11 @@ class AlgorithmEngineCallback(L.Callback):
         state.optimizers = list(trainer.optimizers)
         state.schedulers = [config.scheduler for config in trainer.lr_scheduler_configs]
         state.device = pl_module.device
-        self._fit_started_at = time.perf_counter()
-        self.logger.step = int(state.timestamp.batch.value)  # after a checkpoint restored the timestamp
-        self._run(Event.FIT_START)
+        self.logger.step = self._current_step()  # after a checkpoint restored the timestamp
+        given = list(state.optimizers)
+        self._fire("on_fit_start")
+        if any(a is not b for a, b in zip(state.optimizers, given, strict=False)):
+            _compat.set_strategy_optimizers(trainer, state.optimizers)  # an algorithm wrapped them (SAM)
         self._reporting.fit_start(trainer, lambda: self.plan().text, self._run_config)
         self._refresh_listening()
 
@@ -423,86 +387,68 @@ class AlgorithmEngineCallback(L.Callback):
         batches = trainer.num_training_batches
         if isinstance(batches, int) or (isinstance(batches, float) and batches != float("inf")):
             state.dataloader_len = -(-int(batches) // max(1, trainer.accumulate_grad_batches))
+        self._clock.start_fit(trainer.global_step)
         if state.timestamp.batch.value == 0 and state.timestamp.epoch.value == 0:
-            self._run(Event.ITERATION_START)
+            self._fire("on_train_start")
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._reset_step()
+        self._clock.start_epoch()
+        if self.state is not None:
+            self.state.microbatch_index = 0
         self._refresh_listening()
-        self._batch_started_at = time.perf_counter()
-        self._run(Event.EPOCH_START)
+        self._fire("on_train_epoch_start")
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int) -> None:
-        # The first micro-batch of a step: ``_micro`` counts the step's micro-batches done (also while
-        # this hook was hidden, so a bridge that began listening mid-step waits for the next step).
-        if self._micro == 0 and self._listening:
-            self.logger.step = int(self.state.timestamp.batch.value) if self.state else None
-            self._run(Event.BATCH_START)
-            self._run(Event.BEFORE_TRAIN_BATCH)
+        # Hidden while nothing listens. The first micro-batch of a step opens it (the clock counts
+        # micro-batches also while this hook was hidden, so a bridge that began listening mid-step
+        # waits for the next step).
+        if self._clock.micro == 0 and self.listening:
+            self.logger.step = self._current_step()
+            self._fire("on_train_batch_start")
 
     def on_after_backward(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if self._listening and _training(trainer):
-            self._run(Event.AFTER_BACKWARD)
+        if self.listening and _compat.is_training(trainer):
+            self._fire("on_after_backward")
 
     def on_before_optimizer_step(self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: Any) -> None:
-        if not self._stepped:
-            self._stepped = True
-            if self._listening:
-                self._run(Event.AFTER_TRAIN_BATCH)
+        state = self.state
+        if state is None or not self.listening:
+            return
+        state.stepping_optimizer = optimizer
+        try:
+            self._fire("on_before_optimizer_step")
+        finally:
+            state.stepping_optimizer = None
 
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        # The micro-batch's samples, as the data hook saw them; without one (an idle bridge, or one that
-        # began listening after this micro-batch was loaded), counted here.
-        loaded = self._loaded_samples
-        if loaded is None:
-            self._step_samples += _batch_size(batch) or 0
-        else:
-            self._step_samples += loaded
-            self._loaded_samples = None
-        if not self._stepped:
-            self._micro += 1
-            return
         state = self.state
         assert state is not None
-        # As in Composer, a batch's wall-clock time runs from the end of the previous one (data
-        # loading included, evaluation excluded: see _eval_start/_eval_end). The Timestamp itself
-        # is built when something reads it (State.count_batch): an idle bridge only adds numbers.
-        now = time.perf_counter()
-        state.count_batch(self._step_samples, now - self._batch_started_at)
-        self._batch_started_at = now
-        self._reset_step()
-        if self._listening:
-            self.logger.step = state.timestamp.batch.value
-            self._run(Event.BATCH_END)
-            self._run(Event.BATCH_CHECKPOINT)
+        # The data hook counted the micro-batch's samples as loaded; without it (an idle bridge), counted here.
+        samples = (_batch_size(batch) or 0) if self._clock.loaded_samples is None else 0
+        if not self._clock.end_micro_batch(state, samples, trainer.global_step):
+            return
+        if self.listening:
+            self.logger.step = self._current_step()
+            self._fire("on_train_batch_end")
             self._honour_stop(trainer)
         self._refresh_listening()
-
-    def _reset_step(self) -> None:
-        self._stepped = False
-        self._micro = 0
-        self._step_samples = 0
-        if self.state is not None:
-            self.state.microbatch_index = 0
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         state = self.state
         assert state is not None
         state.timestamp = state.timestamp.to_next_epoch()
-        self._reset_step()
-        self._run(Event.EPOCH_END)
-        self._run(Event.EPOCH_CHECKPOINT)
+        self._clock.reset_step()
+        state.microbatch_index = 0
+        self._fire("on_train_epoch_end")
         self._honour_stop(trainer)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         state = self.state
         assert state is not None
         state.timestamp = state.timestamp.to_next_iteration()
-        self._run(Event.ITERATION_END)
-        self._run(Event.ITERATION_CHECKPOINT)
-        self._run(Event.FIT_END)
+        self._fire("on_train_end")
         self._reporting.fit_end(trainer, self._current_step(), self.cost)
 
     def _honour_stop(self, trainer: L.Trainer) -> None:
@@ -512,72 +458,77 @@ class AlgorithmEngineCallback(L.Callback):
     # ------------------------------------------------------------------------------------------
     # evaluation and prediction
     # ------------------------------------------------------------------------------------------
-    def _eval_start(self, trainer: L.Trainer) -> None:
+    def _eval_start(self, trainer: L.Trainer, hook: str) -> None:
         state = self.state
         assert state is not None
         self._refresh_listening()
-        self._eval_started_at = time.perf_counter()
+        self._clock.start_eval()
         state.sanity_checking = bool(trainer.sanity_checking)
         state.eval_timestamp = Timestamp()
+        state.evaluating = True
         standalone = trainer.state.fn in (TrainerFn.VALIDATING, TrainerFn.TESTING)
-        self._run(Event.EVAL_STANDALONE_START if standalone else Event.EVAL_BEFORE_ALL)
-        self._run(Event.EVAL_START)
+        self._fire(f"{hook}[standalone]" if standalone and hook == "on_validation_start" else hook)
 
-    def _eval_end(self, trainer: L.Trainer) -> None:
+    def _eval_end(self, trainer: L.Trainer, hook: str) -> None:
         state = self.state
         assert state is not None
         standalone = trainer.state.fn in (TrainerFn.VALIDATING, TrainerFn.TESTING)
-        self._run(Event.EVAL_END)
-        self._run(Event.EVAL_STANDALONE_END if standalone else Event.EVAL_AFTER_ALL)
-        state.sanity_checking = False
-        self._batch_started_at += time.perf_counter() - self._eval_started_at  # evaluation is not batch time
+        try:
+            self._fire(f"{hook}[standalone]" if standalone and hook == "on_validation_end" else hook)
+        finally:
+            state.evaluating = False
+            state.sanity_checking = False
+            self._clock.end_eval()  # evaluation is not batch time
 
-    def _eval_batch_end(self) -> None:
+    def _eval_batch_end(self, hook: str) -> None:
         state = self.state
         assert state is not None
         state.eval_timestamp = state.eval_timestamp.to_next_batch()
-        self._run(Event.EVAL_BATCH_END)
+        self._fire(hook)
 
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._eval_start(trainer)
+        self._eval_start(trainer, "on_validation_start")
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._eval_end(trainer)
+        self._eval_end(trainer, "on_validation_end")
 
     def on_validation_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
-        self._run(Event.EVAL_BATCH_START)
+        self._fire("on_validation_batch_start")
 
     def on_validation_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
-        self._eval_batch_end()
+        self._eval_batch_end("on_validation_batch_end")
 
     def on_test_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._eval_start(trainer)
+        self._eval_start(trainer, "on_test_start")
 
     def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._eval_end(trainer)
+        self._eval_end(trainer, "on_test_end")
 
     def on_test_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
-        self._run(Event.EVAL_BATCH_START)
+        self._fire("on_test_batch_start")
 
     def on_test_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
-        self._eval_batch_end()
+        self._eval_batch_end("on_test_batch_end")
 
     def on_predict_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         assert self.state is not None
         self._refresh_listening()
         self.state.eval_timestamp = Timestamp()
-        self._run(Event.PREDICT_START)
+        self.state.evaluating = True
+        self._fire("on_predict_start")
 
     def on_predict_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
-        self._run(Event.PREDICT_BATCH_START)
+        self._fire("on_predict_batch_start")
 
     def on_predict_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
-        assert self.state is not None
-        self.state.eval_timestamp = self.state.eval_timestamp.to_next_batch()
-        self._run(Event.PREDICT_BATCH_END)
+        self._eval_batch_end("on_predict_batch_end")
 
     def on_predict_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._run(Event.PREDICT_END)
+        assert self.state is not None
+        try:
+            self._fire("on_predict_end")
+        finally:
+            self.state.evaluating = False
 
     # ------------------------------------------------------------------------------------------
     # shutdown
@@ -586,17 +537,17 @@ class AlgorithmEngineCallback(L.Callback):
         self._reporting.close()
         if self.engine is not None:
             self.engine.close()
-        self._remove_patches()
+        self._remove_hooks()
 
-    def _remove_patches(self) -> None:
-        if self._data_patches is not None:
-            self._data_patches.remove()
-            self._data_patches = None
-        if self._patches is not None:
-            detach_bridge(self._patches.module)
-            self._patches.remove()
-            self._patches = None
-        self._set_listening(False)
+    def _remove_hooks(self) -> None:
+        if self._hooks is not None:
+            detach_bridge(self._hooks.module)
+            self._hooks.remove()
+            self._hooks = None
+        if self.listening:
+            self.listening = False
+            for name in _EVENT_ONLY_STEP_HOOKS:
+                self._hide(name)
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         self._shutdown()
@@ -621,9 +572,13 @@ class AlgorithmEngineCallback(L.Callback):
         """For each event that has algorithms, the order they run in after the passes, and known conflicts.
 
         ``print(callback.plan())``; works before ``fit`` too (``match`` is then probed on a bare state).
+        Conflicts with the Trainer (Lightning's own weight averaging or gradient clipping, ...) are
+        found at setup and listed from then on.
         """
         algorithms = self.state.algorithms if self.state is not None else self.algorithms
-        return make_plan(algorithms, self._passes(), self.state, self.traces.stats)
+        plan = make_plan(algorithms, self._passes(), self.state, self.traces.stats)
+        plan.warnings.extend(w for w in self._conflicts if w not in plan.warnings)
+        return plan
 
     def cost_report(self) -> CostReport:
         """Wall time each algorithm spent in ``apply``, per event, as a printable table (``print(...)``)."""
@@ -644,98 +599,20 @@ class AlgorithmEngineCallback(L.Callback):
         return wandb_run_config(algorithms, self._passes(), self.plan().orders)
 
     # ------------------------------------------------------------------------------------------
-    # checkpoints
+    # checkpoints (checkpoint_state.BridgeCheckpoint)
     # ------------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        state = self.state
-        if state is None:
+        if self.state is None:
             return {}
         from composer_bridge import __version__
 
-        return {
-            "format": FORMAT,
-            "version": __version__,
-            "seed": int(state.seed) if state.seed is not None else None,
-            "timestamp": state.timestamp.state_dict(),
-            "algorithms": [algorithm_entry(a) for a in state.algorithms],
-            "callbacks": [{"class": type(c).__name__, "state": c.state_dict()} for c in state.callbacks],
-        }
+        return self._checkpoint.save(self.state, __version__)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        saved = check_bridge_state(state_dict)
-        state = self.state
-        assert state is not None, "load_state_dict before setup"
-        state.timestamp.load_state_dict(saved["timestamp"])
-        if saved.get("seed") is not None:
-            state.seed = saved["seed"]
-        entries = list(saved["algorithms"])
-        for algorithm in state.algorithms:
-            index = next((i for i, e in enumerate(entries) if e["class"] == type(algorithm).__name__), None)
-            if index is None:
-                log.info("%s is new in this run: it starts fresh (no state for it in the checkpoint).", type(algorithm).__name__)
-                continue
-            entry = entries.pop(index)
-            try:
-                algorithm.load_state_dict(dict(entry.get("state", {})))
-            except Exception as error:
-                raise CheckpointStateError(
-                    f"Could not restore {type(algorithm).__name__} from the checkpoint: {error}. "
-                    "Was the checkpoint written with different hyper-parameters for it?"
-                ) from error
-        callback_entries = list(saved.get("callbacks", []))
-        for callback in state.callbacks:
-            index = next((i for i, e in enumerate(callback_entries) if e.get("class") == type(callback).__name__), None)
-            if index is not None:
-                callback.load_state_dict(dict(callback_entries.pop(index).get("state", {})))
-        self._run(Event.AFTER_LOAD)
-
-    def _check_checkpoint_fits(self, checkpoint: dict[str, Any]) -> None:
-        """Before the weights load: refuse (or repair) a checkpoint that needs surgery this run lacks."""
-        state = self.state
-        assert state is not None
-        raw = (checkpoint.get("callbacks") or {}).get(self.state_key)
-        surgery_here = [type(a).__name__ for a in state.algorithms if type(a).required_on_load()]
-        if raw is None:
-            if surgery_here and "state_dict" in checkpoint:
-                warnings.warn(
-                    "This checkpoint holds no composer_bridge state (it was written without AlgorithmEngineCallback); "
-                    f"its weights were saved without the model surgery of {', '.join(surgery_here)}, so they may "
-                    "not fit this run's modified model.",
-                    stacklevel=2,
-                )
-            return
-        saved = check_bridge_state(raw)
-        needed = [e for e in saved["algorithms"] if e.get("required_on_load")]
-        present = [type(a).__name__ for a in state.algorithms]
-        missing = []
-        for entry in needed:
-            if entry["class"] in present:
-                present.remove(entry["class"])
-            else:
-                missing.append(entry)
-        if not missing:
-            return
-        if not self.add_missing_on_load:
-            names = ", ".join(f"{e['class']}({', '.join(f'{k}={v!r}' for k, v in e.get('hparams', {}).items())})" for e in missing)
-            raise CheckpointStateError(
-                f"The checkpoint was written with model-surgery algorithms this run lacks: {names}. Its weights "
-                "belong to the modified model and cannot load into this one. Fix: add them to "
-                "AlgorithmEngineCallback(algorithms=[...]), or pass add_missing_on_load=True to re-create them."
-            )
-        if getattr(self._trainer.strategy if self._trainer else None, "restore_checkpoint_after_setup", False):
-            raise CheckpointStateError(
-                f"The checkpoint needs {', '.join(e['class'] for e in missing)}, and this strategy restores "
-                "checkpoints after the model is wrapped and the optimizers exist, too late to re-create model "
-                "surgery. Add them to AlgorithmEngineCallback(algorithms=[...]) instead of add_missing_on_load."
-            )
-        known = known_algorithm_classes(self.known_algorithms)
-        for entry in missing:
-            algorithm = rebuild_algorithm(entry, known)
-            warnings.warn(f"Re-created {algorithm!r} from the checkpoint (add_missing_on_load=True).", stacklevel=2)
-            state.algorithms = [*state.algorithms, algorithm]
-            self.algorithms = state.algorithms
-            if algorithm.match(Event.INIT, state):
-                algorithm.apply(Event.INIT, state, self.logger)
+        if self.state is None:
+            raise RuntimeError("AlgorithmEngineCallback.load_state_dict was called before Trainer setup.")
+        self._checkpoint.load(self.state, state_dict)
+        self._fire("load_state_dict")
 
 
 def _check_unique(algorithms: list[Algorithm]) -> None:
@@ -769,11 +646,6 @@ def _check_engine_callbacks(callbacks: Any) -> list[EngineCallback]:
     return list(items)
 
 
-def _training(trainer: L.Trainer) -> bool:
-    """``trainer.training``, read without the string comparison its property makes (a per-step hot path)."""
-    return trainer.state.stage is RunningStage.TRAINING
-
-
 def _default_seed() -> int:
     env = os.environ.get("PL_GLOBAL_SEED")
     if env is not None and env.lstrip("-").isdigit():
@@ -782,6 +654,7 @@ def _default_seed() -> int:
 
 
 def _max_duration(trainer: L.Trainer) -> Time | None:
+    """The run's length from ``max_steps``/``max_epochs``; ``None`` when only ``max_time`` (or nothing) bounds it."""
     if trainer.max_steps is not None and trainer.max_steps > 0:
         return Time(int(trainer.max_steps), TimeUnit.BATCH)
     max_epochs = trainer.max_epochs

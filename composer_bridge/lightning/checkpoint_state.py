@@ -16,7 +16,9 @@ names are checked against its ``__init__`` and whose values must be plain data.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterable, Mapping
+import logging
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -26,13 +28,17 @@ from composer_bridge.core.time import Time
 
 __all__ = [
     "FORMAT",
+    "BridgeCheckpoint",
     "CheckpointStateError",
     "algorithm_entry",
     "check_bridge_state",
+    "check_known_algorithms",
     "known_algorithm_classes",
     "plain_hparams",
     "rebuild_algorithm",
 ]
+
+log = logging.getLogger(__name__)
 
 FORMAT = "composer_bridge/1"
 _PLAIN = (int, float, str, bool, type(None))
@@ -193,3 +199,147 @@ def tensors_to_cpu(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return type(value)(tensors_to_cpu(v) for v in value)
     return value
+
+
+class BridgeCheckpoint:
+    """The bridge's part of a Lightning checkpoint: write it, check a checkpoint fits the run, restore it.
+
+    Args:
+        add_missing_on_load: re-create surgery algorithms the checkpoint needs and the run lacks.
+        known_algorithms: the user's own ``Algorithm`` classes that may be re-created.
+
+    Example:
+        >>> import torch
+        >>> from composer_bridge.core.state import State
+        >>> from composer_bridge.algorithms import EMA
+        >>> state = State(torch.nn.Linear(1, 1), algorithms=[EMA()], seed=3)
+        >>> saved = BridgeCheckpoint().save(state, version="0")
+        >>> saved["seed"], [entry["class"] for entry in saved["algorithms"]]
+        (3, ['EMA'])
+        >>> fresh = State(torch.nn.Linear(1, 1), algorithms=[EMA()])
+        >>> BridgeCheckpoint().load(fresh, saved)
+        >>> fresh.seed
+        3
+    """
+
+    def __init__(self, add_missing_on_load: bool = False, known_algorithms: Sequence[type] = ()) -> None:
+        self.add_missing_on_load = add_missing_on_load
+        self.known_algorithms = tuple(known_algorithms)
+
+    def save(self, state: Any, version: str) -> dict[str, Any]:
+        """The bridge's checkpoint entry for ``state``: tensors and plain data only."""
+        return {
+            "format": FORMAT,
+            "version": version,
+            "seed": int(state.seed) if state.seed is not None else None,
+            "timestamp": state.timestamp.state_dict(),
+            "algorithms": [algorithm_entry(a) for a in state.algorithms],
+            "callbacks": [{"class": type(c).__name__, "state": c.state_dict()} for c in state.callbacks],
+        }
+
+    def load(self, state: Any, raw: Any) -> None:
+        """Restore the timestamp, the seed (when the checkpoint has one) and every algorithm's and callback's state.
+
+        Entries are matched to this run's algorithms by class, in order; an algorithm with no entry
+        starts fresh.
+        """
+        saved = check_bridge_state(raw)
+        state.timestamp.load_state_dict(saved["timestamp"])
+        if saved.get("seed") is not None:
+            state.seed = saved["seed"]
+        entries = list(saved["algorithms"])
+        for algorithm in state.algorithms:
+            index = next((i for i, e in enumerate(entries) if e["class"] == type(algorithm).__name__), None)
+            if index is None:
+                log.info("%s is new in this run: it starts fresh (no state for it in the checkpoint).", type(algorithm).__name__)
+                continue
+            entry = entries.pop(index)
+            try:
+                algorithm.load_state_dict(dict(entry.get("state", {})))
+            except Exception as error:
+                raise CheckpointStateError(
+                    f"Could not restore {type(algorithm).__name__} from the checkpoint: {error}. "
+                    "Was the checkpoint written with different hyper-parameters for it?"
+                ) from error
+        callback_entries = list(saved.get("callbacks", []))
+        for callback in state.callbacks:
+            index = next((i for i, e in enumerate(callback_entries) if e.get("class") == type(callback).__name__), None)
+            if index is not None:
+                callback.load_state_dict(dict(callback_entries.pop(index).get("state", {})))
+
+    def check_fits(self, state: Any, raw: Any, has_weights: bool, late_restore: bool) -> list[Algorithm]:
+        """Before the weights load: refuse a checkpoint that needs surgery this run lacks, or re-create it.
+
+        Args:
+            state: the run's state.
+            raw: the bridge's entry of the checkpoint (``None`` if it has none).
+            has_weights: whether the checkpoint holds model weights.
+            late_restore: the strategy restores checkpoints after wrapping the model (too late for surgery).
+
+        Returns:
+            The algorithms re-created (``add_missing_on_load=True``); the caller adds them to the run.
+        """
+        surgery_here = [type(a).__name__ for a in state.algorithms if type(a).required_on_load()]
+        if raw is None:
+            if surgery_here and has_weights:
+                warnings.warn(
+                    "This checkpoint holds no composer_bridge state (it was written without AlgorithmEngineCallback); "
+                    f"its weights were saved without the model surgery of {', '.join(surgery_here)}, so they may "
+                    "not fit this run's modified model.",
+                    stacklevel=3,
+                )
+            return []
+        saved = check_bridge_state(raw)
+        present = [type(a).__name__ for a in state.algorithms]
+        missing = []
+        for entry in (e for e in saved["algorithms"] if e.get("required_on_load")):
+            if entry["class"] in present:
+                present.remove(entry["class"])
+            else:
+                missing.append(entry)
+        if not missing:
+            return []
+        if not self.add_missing_on_load:
+            names = ", ".join(_call_text(e) for e in missing)
+            raise CheckpointStateError(
+                f"The checkpoint was written with model-surgery algorithms this run lacks: {names}. Its weights "
+                "belong to the modified model and cannot load into this one. Fix: add them to "
+                "AlgorithmEngineCallback(algorithms=[...]), or pass add_missing_on_load=True to re-create them."
+            )
+        if late_restore:
+            raise CheckpointStateError(
+                f"The checkpoint needs {', '.join(e['class'] for e in missing)}, and this strategy restores "
+                "checkpoints after the model is wrapped and the optimizers exist, too late to re-create model "
+                "surgery. Add them to AlgorithmEngineCallback(algorithms=[...]) instead of add_missing_on_load."
+            )
+        known = known_algorithm_classes(self.known_algorithms)
+        rebuilt = []
+        for entry in missing:
+            algorithm = rebuild_algorithm(entry, known)
+            warnings.warn(f"Re-created {algorithm!r} from the checkpoint (add_missing_on_load=True).", stacklevel=3)
+            rebuilt.append(algorithm)
+        return rebuilt
+
+
+def _call_text(entry: Mapping[str, Any]) -> str:
+    args = ", ".join(f"{k}={v!r}" for k, v in entry.get("hparams", {}).items())
+    return f"{entry['class']}({args})"
+
+
+def check_known_algorithms(known_algorithms: Any) -> tuple[type, ...]:
+    """``known_algorithms`` as a tuple of ``Algorithm`` subclasses; a clear error for anything else."""
+    if isinstance(known_algorithms, (str, bytes)) or not isinstance(known_algorithms, Iterable):
+        raise TypeError(
+            f"known_algorithms={known_algorithms!r}: expected a list of Algorithm classes, e.g. "
+            "known_algorithms=[MyAlgorithm] (the classes themselves, not their names)."
+        )
+    items = tuple(known_algorithms)
+    for i, cls in enumerate(items):
+        if not (isinstance(cls, type) and issubclass(cls, Algorithm)):
+            hint = f" (pass the class {type(cls).__name__}, not an instance)" if isinstance(cls, Algorithm) else ""
+            raise TypeError(
+                f"known_algorithms[{i}] = {cls!r} is not an Algorithm subclass{hint}; expected a list of Algorithm "
+                "classes, e.g. known_algorithms=[MyAlgorithm]."
+            )
+    return items
+

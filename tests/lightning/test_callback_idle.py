@@ -144,7 +144,7 @@ PER_STEP_HOOKS = (
 )
 
 
-def test_lightning_gives_an_idle_bridge_two_hooks_per_step_and_every_event_hook_once_something_listens(
+def test_lightning_gives_an_idle_bridge_one_hook_per_step_and_every_event_hook_once_something_listens(
     tmp_path: Any,
 ) -> None:
     """Read from Lightning's own profiler: which of the bridge's hooks did the Trainer call, how often."""
@@ -163,7 +163,8 @@ def test_lightning_gives_an_idle_bridge_two_hooks_per_step_and_every_event_hook_
     assert calls == {
         "on_train_batch_start": 3, "on_after_backward": 3,  # steps 3-5: the bridge listens from step 3 on
         "on_before_zero_grad": 0, "on_before_backward": 0,  # the bridge never needs these
-        "on_before_optimizer_step": 5, "on_train_batch_end": 5,  # its step bookkeeping
+        "on_before_optimizer_step": 3,  # fires AFTER_TRAIN_BATCH: only while listening
+        "on_train_batch_end": 5,  # its step bookkeeping
     }
     assert int(bridge.state.timestamp.batch) == 5 and int(bridge.state.timestamp.sample) == 20
 

@@ -1,0 +1,126 @@
+"""Every place the bridge leans on a detail of Lightning that is not public API, in one module.
+
+Each function here names the assumption it makes; ``tests/lightning/test_compat.py`` checks every
+one of them against the installed Lightning, so a release that changes one fails loudly there
+instead of silently changing the bridge's behaviour.
+
+Example:
+    >>> import lightning as L
+    >>> trainer = L.Trainer(logger=False, enable_progress_bar=False, enable_checkpointing=False)
+    >>> is_training(trainer)
+    False
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import lightning as L
+from lightning.pytorch.trainer.states import RunningStage
+from lightning.pytorch.utilities.model_helpers import is_overridden
+
+__all__ = [
+    "BATCH_TRANSFER_HOOKS",
+    "data_hook_owner",
+    "ddp_kwargs",
+    "hide_hook",
+    "is_training",
+    "lightning_weight_averaging",
+    "max_time",
+    "restores_checkpoint_after_setup",
+    "set_strategy_optimizers",
+    "show_hook",
+]
+
+#: The data hooks Lightning runs on the LightningDataModule when it overrides them, else on the module.
+BATCH_TRANSFER_HOOKS = ("on_before_batch_transfer", "on_after_batch_transfer")
+
+
+def hide_hook(callback: L.Callback, name: str) -> None:
+    """Hide ``callback.<name>`` from Lightning's hook dispatch.
+
+    Assumption: Lightning's ``_call_callback_hooks`` skips a hook attribute that is not callable
+    (``lightning/pytorch/trainer/call.py``: ``if callable(fn)``); an instance attribute ``None``
+    shadows the class's method without changing the class.
+    """
+    setattr(callback, name, None)
+
+
+def show_hook(callback: L.Callback, name: str) -> None:
+    """Undo :func:`hide_hook` (nothing happens if the hook was not hidden)."""
+    callback.__dict__.pop(name, None)
+
+
+def is_training(trainer: L.Trainer) -> bool:
+    """``trainer.training`` without its string comparison (read on every micro-batch).
+
+    Assumption: ``trainer.state.stage`` holds a ``RunningStage`` member (public enum, internal field).
+    """
+    return trainer.state.stage is RunningStage.TRAINING
+
+
+def data_hook_owner(hook: str, module: L.LightningModule, datamodule: L.LightningDataModule | None) -> Any:
+    """The object to hook ``hook`` on so that Lightning calls it and the user's own hook still runs.
+
+    Assumption: with a DataModule, Lightning's ``_DataHookSelector.get_instance`` calls the
+    DataModule's hook when ``is_overridden(hook, datamodule)``, else the module's (and warns when
+    only the module overrides it). So: the DataModule when it overrides the hook; the module when
+    only the module does; the DataModule when neither does (its default hook is the identity, and
+    Lightning does not warn). Must be asked *before* the bridge patches either object, since an
+    instance attribute makes a hook look overridden.
+    """
+    if datamodule is None:
+        return module
+    if is_overridden(hook, datamodule) or not is_overridden(hook, module):
+        return datamodule
+    return module
+
+
+def ddp_kwargs(strategy: Any) -> dict[str, Any] | None:
+    """The keyword arguments a DDP strategy will pass to ``DistributedDataParallel`` (mutable), or ``None``.
+
+    Assumption: ``DDPStrategy`` keeps them in ``_ddp_kwargs`` until it wraps the model, which it
+    does after ``Callback.setup``. ``None`` for strategies without it (single device, FSDP, ...).
+    """
+    kwargs = getattr(strategy, "_ddp_kwargs", None)
+    return kwargs if isinstance(kwargs, dict) else None
+
+
+def restores_checkpoint_after_setup(strategy: Any) -> bool:
+    """Whether the strategy loads checkpoint weights only after wrapping the model (e.g. FSDP, DeepSpeed).
+
+    Assumption: the public-but-undocumented ``Strategy.restore_checkpoint_after_setup`` property.
+    """
+    return bool(getattr(strategy, "restore_checkpoint_after_setup", False))
+
+
+def set_strategy_optimizers(trainer: L.Trainer, optimizers: list[Any]) -> None:
+    """Make Lightning step ``optimizers`` (e.g. SAM's wrappers) instead of the ones it created.
+
+    Assumption: the strategy's ``optimizers`` setter re-wraps them in ``LightningOptimizer``.
+    """
+    trainer.strategy.optimizers = list(optimizers)
+
+
+def max_time(trainer: L.Trainer) -> timedelta | None:
+    """The ``Trainer(max_time=...)`` limit, read from the ``Timer`` callback Lightning adds for it.
+
+    Assumption: ``max_time`` becomes a ``lightning.pytorch.callbacks.Timer`` with a ``_duration`` in seconds.
+    """
+    from lightning.pytorch.callbacks import Timer
+
+    for callback in trainer.callbacks:
+        if isinstance(callback, Timer):
+            seconds = getattr(callback, "_duration", None)
+            if seconds is not None:
+                return timedelta(seconds=float(seconds))
+    return None
+
+
+def lightning_weight_averaging() -> tuple[type, ...]:
+    """Lightning's own weight-averaging callbacks (``StochasticWeightAveraging``, ``WeightAveraging``)."""
+    from lightning.pytorch import callbacks
+
+    names = ("StochasticWeightAveraging", "WeightAveraging")
+    return tuple(getattr(callbacks, name) for name in names if hasattr(callbacks, name))

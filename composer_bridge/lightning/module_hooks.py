@@ -1,0 +1,166 @@
+"""The hooks the bridge installs on the user's LightningModule (and DataModule) for the length of a run.
+
+Lightning gives callbacks no hook around batch transfer, inside ``training_step`` or before the
+model's weights are restored; Composer's ``AFTER_DATALOADER``, ``BEFORE_BACKWARD`` and
+``BEFORE_LOAD`` live there. :class:`ModuleHooks` sets a few methods on the module *instance*
+(never its class) through :class:`~composer_bridge.lightning.module_patches.ModulePatches` and
+removes them at teardown, leaving the objects exactly as they were.
+
+The batch-transfer hooks go on the object whose hook Lightning will actually call: the
+DataModule when it overrides the hook, else the LightningModule — decided per hook *before*
+anything is patched (an instance attribute would make any hook look overridden).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.utilities.model_helpers import is_overridden
+
+from composer_bridge.core.event import Event
+from composer_bridge.lightning import _compat
+from composer_bridge.lightning.module import ComposerModule
+from composer_bridge.lightning.module_patches import ModulePatches
+
+__all__ = ["ModuleHooks"]
+
+#: plain modules: the step methods whose forward pass the bridge brackets with events
+_EVAL_STEPS = (
+    ("validation_step", Event.EVAL_BEFORE_FORWARD, Event.EVAL_AFTER_FORWARD),
+    ("test_step", Event.EVAL_BEFORE_FORWARD, Event.EVAL_AFTER_FORWARD),
+    ("predict_step", Event.PREDICT_BEFORE_FORWARD, Event.PREDICT_AFTER_FORWARD),
+)
+
+
+class ModuleHooks:
+    """Install and remove the bridge's instance-level hooks on one module (and its DataModule).
+
+    ``bridge`` is the :class:`~composer_bridge.AlgorithmEngineCallback`; the hooks call its
+    ``run_event``, ``before_load`` and ``after_dataloader`` and read its ``listening`` and ``state``.
+
+    Example:
+        >>> import torch
+        >>> from composer_bridge import ComposerClassifier
+        >>> module = ComposerClassifier(torch.nn.Linear(2, 2), num_classes=2)
+        >>> class Bridge:
+        ...     listening = False
+        ...     def before_load(self, checkpoint): pass
+        >>> hooks = ModuleHooks(module, Bridge())
+        >>> "on_load_checkpoint" in vars(module)
+        True
+        >>> hooks.remove()
+        >>> "on_load_checkpoint" in vars(module)
+        False
+    """
+
+    def __init__(self, module: L.LightningModule, bridge: Any) -> None:
+        self.module = module
+        self._bridge = bridge
+        self._patches = ModulePatches(module)
+        self._data_patches: list[ModulePatches] = []
+        self.events_installed = False
+        on_load = self._patches.original("on_load_checkpoint")
+
+        def on_load_checkpoint(checkpoint: dict[str, Any]) -> Any:
+            bridge.before_load(checkpoint)
+            return on_load(checkpoint)
+
+        self._patches.set("on_load_checkpoint", on_load_checkpoint)
+
+    # ------------------------------------------------------------------------------------------
+    def install_events(self, trainer: L.Trainer) -> None:
+        """Install the per-step event hooks (the first time anything listens)."""
+        if self.events_installed:
+            return
+        self.events_installed = True
+        self._install_data_hooks(trainer)
+        self._install_backward()
+        if not isinstance(self.module, ComposerModule):
+            self._install_plain_steps()
+
+    def _install_data_hooks(self, trainer: L.Trainer) -> None:
+        bridge = self._bridge
+        datamodule = trainer.datamodule
+        owners = {hook: _compat.data_hook_owner(hook, self.module, datamodule) for hook in _compat.BATCH_TRANSFER_HOOKS}
+        patches = {id(self.module): self._patches}
+        for owner in owners.values():
+            if id(owner) not in patches:
+                patches[id(owner)] = ModulePatches(owner)
+                self._data_patches.append(patches[id(owner)])
+        before_patches = patches[id(owners["on_before_batch_transfer"])]
+        after_patches = patches[id(owners["on_after_batch_transfer"])]
+        before_transfer = before_patches.original("on_before_batch_transfer")
+        after_transfer = after_patches.original("on_after_batch_transfer")
+
+        def on_before_batch_transfer(batch: Any, dataloader_idx: int) -> Any:
+            if bridge.listening and _compat.is_training(trainer):
+                bridge.run_event(Event.BEFORE_DATALOADER)
+            return before_transfer(batch, dataloader_idx)
+
+        def on_after_batch_transfer(batch: Any, dataloader_idx: int) -> Any:
+            batch = after_transfer(batch, dataloader_idx)
+            if not _compat.is_training(trainer):
+                return batch
+            return bridge.after_dataloader(batch)
+
+        before_patches.set("on_before_batch_transfer", on_before_batch_transfer)
+        after_patches.set("on_after_batch_transfer", on_after_batch_transfer)
+
+    def _install_backward(self) -> None:
+        bridge = self._bridge
+        backward = self._patches.original("backward")
+
+        def backward_hook(loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+            state = bridge.state
+            if state is not None and any(a.backwards_create_graph for a in state.algorithms):
+                kwargs.setdefault("create_graph", True)
+            return backward(loss, *args, **kwargs)
+
+        self._patches.set("backward", backward_hook)
+
+    def _install_plain_steps(self) -> None:
+        """A plain module gets BEFORE_BACKWARD after its training_step, and eval/predict forward events."""
+        bridge = self._bridge
+        training_step = self._patches.original("training_step")
+
+        def wrapped_training_step(*args: Any, **kwargs: Any) -> Any:
+            output = training_step(*args, **kwargs)
+            loss = output.get("loss") if isinstance(output, dict) else output
+            state = bridge.state
+            if not isinstance(loss, torch.Tensor) or state is None:
+                return output
+            state.outputs, state.loss = output, loss
+            bridge.run_event(Event.BEFORE_BACKWARD)
+            if state.loss is loss:
+                return output
+            if isinstance(output, dict):
+                return {**output, "loss": state.loss}
+            return state.loss
+
+        self._patches.set("training_step", wrapped_training_step)
+        for name, before, after in _EVAL_STEPS:
+            if is_overridden(name, self.module):
+                self._patches.set(name, _bracket(self._patches.original(name), bridge, before, after))
+
+    def remove(self) -> None:
+        """Restore every patched object exactly."""
+        for patches in self._data_patches:
+            patches.remove()
+        self._data_patches = []
+        self._patches.remove()
+        self.events_installed = False
+
+
+def _bracket(step: Callable[..., Any], bridge: Any, before: Event, after: Event) -> Callable[..., Any]:
+    def wrapped(batch: Any, *args: Any, **kwargs: Any) -> Any:
+        state = bridge.state
+        state.batch = batch
+        bridge.run_event(before)
+        state.outputs = step(state.batch, *args, **kwargs)
+        bridge.run_event(after)
+        return state.outputs
+
+    return wrapped

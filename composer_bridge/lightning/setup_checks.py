@@ -1,0 +1,150 @@
+"""What the bridge checks at ``setup``, before anything trains: capabilities the algorithms declare.
+
+Algorithms never look at Lightning. They declare what they need with class attributes (or
+properties), and these checks compare the declarations with the module and Trainer at hand:
+
+- ``needs_loss_events``: a module with separate ``forward`` and ``loss`` (a ``ComposerModule``);
+- ``needs_run_length``: the run's length (``max_epochs`` or ``max_steps``), to place a schedule
+  given as a fraction of the run;
+- ``needs_optimizer_closure``: Lightning's automatic optimization with a closure, no fp16 gradient
+  scaler and no gradient accumulation (SAM evaluates the loss twice per step);
+- ``averages_weights``: replaces the weights by an average (conflicts with Lightning's own
+  ``StochasticWeightAveraging``/``WeightAveraging`` callbacks);
+- ``clips_gradients``: clips gradients (conflicts with ``Trainer(gradient_clip_val=...)``);
+- ``freezes_layers``: changes ``requires_grad`` (meets Lightning's ``BaseFinetuning`` callbacks).
+
+A check that fails raises :class:`BridgeConfigurationError` naming the algorithm, what is wrong
+and the fix; a combination that works but may surprise is returned as a warning sentence, which
+``callback.plan()`` lists.
+
+Example:
+    >>> import lightning as L
+    >>> from composer_bridge.algorithms import GradientClipping
+    >>> trainer = L.Trainer(gradient_clip_val=1.0, logger=False, enable_checkpointing=False,
+    ...                     enable_progress_bar=False)
+    >>> try:
+    ...     check_trainer([GradientClipping("norm", 1.0)], trainer)
+    ... except BridgeConfigurationError as error:
+    ...     print(str(error)[:60])
+    GradientClipping and the Trainer's gradient_clip_val=1.0 bot
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import lightning as L
+
+from composer_bridge.lightning import _compat
+
+__all__ = ["BridgeConfigurationError", "check_module", "check_trainer"]
+
+
+class BridgeConfigurationError(ValueError):
+    """The algorithms cannot run with this module, strategy or checkpoint; the message says how to fix it."""
+
+
+def _names(algorithms: Sequence[Any], marker: str) -> list[str]:
+    return [type(a).__name__ for a in algorithms if getattr(a, marker, False)]
+
+
+def _verb(names: list[str]) -> str:
+    return ", ".join(names) + (" needs" if len(names) == 1 else " need")
+
+
+def check_module(algorithms: Sequence[Any], module: L.LightningModule, is_composer_module: bool) -> None:
+    """Refuse algorithms that need the loss events with a module that computes forward and loss together."""
+    needy = _names(algorithms, "needs_loss_events")
+    if needy and not is_composer_module:
+        raise BridgeConfigurationError(
+            f"{_verb(needy)} the BEFORE_FORWARD/BEFORE_LOSS events, which {type(module).__name__} cannot provide: "
+            "its training_step computes forward and loss together. Fix: subclass composer_bridge.ComposerModule "
+            "(implement forward(batch) and loss(outputs, batch)) or wrap your network in "
+            "composer_bridge.ComposerClassifier; or remove these algorithms (algorithms that act on data, weights "
+            "or the optimizer work with any module)."
+        )
+
+
+def check_trainer(algorithms: Sequence[Any], trainer: L.Trainer, automatic_optimization: bool = True) -> list[str]:
+    """Refuse what cannot work with this Trainer; return warnings for what works but may surprise."""
+    warnings: list[str] = []
+    _check_run_length(algorithms, trainer)
+    _check_closure(algorithms, trainer, automatic_optimization)
+    averaging = _names(algorithms, "averages_weights")
+    theirs = [type(c).__name__ for c in trainer.callbacks if isinstance(c, _compat.lightning_weight_averaging())]
+    if averaging and theirs:
+        raise BridgeConfigurationError(
+            f"{', '.join(averaging)} and Lightning's {', '.join(theirs)} would both average the weights and swap the "
+            "average into the model, each undoing the other. Fix: keep one — remove "
+            f"{', '.join(theirs)} from Trainer(callbacks=[...]) or {', '.join(averaging)} from the bridge's algorithms."
+        )
+    clipping = _names(algorithms, "clips_gradients")
+    clip_val = getattr(trainer, "gradient_clip_val", None)
+    if clipping and clip_val:
+        raise BridgeConfigurationError(
+            f"{', '.join(clipping)} and the Trainer's gradient_clip_val={clip_val} both clip the gradients (Lightning "
+            "clips again after the algorithm, with its own threshold). Fix: keep one — drop gradient_clip_val from "
+            f"the Trainer or {', '.join(clipping)} from the algorithms."
+        )
+    freezing = _names(algorithms, "freezes_layers")
+    finetuning = [type(c).__name__ for c in trainer.callbacks if _is_finetuning(c)]
+    if freezing and finetuning:
+        warnings.append(
+            f"{', '.join(freezing)} and Lightning's {', '.join(finetuning)} both set requires_grad on the model's "
+            "parameters; the later one wins for a parameter both touch."
+        )
+    return warnings
+
+
+def _check_run_length(algorithms: Sequence[Any], trainer: L.Trainer) -> None:
+    needy = _names(algorithms, "needs_run_length")
+    if not needy:
+        return
+    max_steps = trainer.max_steps
+    max_epochs = trainer.max_epochs
+    if (max_steps is not None and max_steps > 0) or (max_epochs is not None and max_epochs > 0):
+        return
+    limit = _compat.max_time(trainer)
+    why = (
+        f"the Trainer stops on max_time={limit} only, a wall-clock limit the schedule cannot be placed on"
+        if limit is not None
+        else "the Trainer has neither max_epochs nor max_steps"
+    )
+    raise BridgeConfigurationError(
+        f"{_verb(needy)} the run's length (a schedule given as a fraction of the run), but {why}. Fix: set "
+        "Trainer(max_steps=...) or Trainer(max_epochs=...) (max_time can stay as a safety limit), or give the "
+        "schedule in steps or epochs ('500ba', '3ep') instead of a fraction."
+    )
+
+
+def _check_closure(algorithms: Sequence[Any], trainer: L.Trainer, automatic_optimization: bool) -> None:
+    needy = _names(algorithms, "needs_optimizer_closure")
+    if not needy:
+        return
+    what = _verb(needy)
+    precision = str(trainer.precision)
+    if precision in ("16-mixed", "16"):
+        raise BridgeConfigurationError(
+            f"{what} Lightning to evaluate the loss through the optimizer's closure twice per step, which "
+            f"precision={precision!r} prevents: fp16 AMP's gradient scaler evaluates the closure once and then steps "
+            "without it. Fix: use precision='bf16-mixed' (no scaler) or '32-true'."
+        )
+    if trainer.accumulate_grad_batches > 1:
+        raise BridgeConfigurationError(
+            f"{what} Lightning's optimizer closure, which with accumulate_grad_batches={trainer.accumulate_grad_batches} "
+            "re-evaluates only the last micro-batch, so the second gradient would miss the others. Fix: use a larger "
+            "batch size (or more devices) instead of accumulation."
+        )
+    if not automatic_optimization:
+        raise BridgeConfigurationError(
+            f"{what} Lightning's automatic optimization (it wraps the optimizers the Trainer steps), but this module "
+            "sets automatic_optimization=False. Fix: call SAMOptimizer(optimizer).step(closure) in your "
+            "training_step instead, or use automatic optimization."
+        )
+
+
+def _is_finetuning(callback: Any) -> bool:
+    from lightning.pytorch.callbacks import BaseFinetuning
+
+    return isinstance(callback, BaseFinetuning)

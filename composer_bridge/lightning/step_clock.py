@@ -1,0 +1,92 @@
+"""The step clock: which micro-batch of an optimizer step the loop is in, and when a step ends.
+
+Lightning calls ``on_train_batch_start``/``on_train_batch_end`` once per *micro-batch*; Composer's
+``timestamp.batch`` counts *optimizer steps*. The clock bridges the two: a step ends with the first
+micro-batch after which Lightning's ``global_step`` moved, and counts as many batches as it moved.
+That single rule covers gradient accumulation (k micro-batches, one step), manual optimization
+with several optimizers (one ``training_step``, several steps: ``timestamp.batch`` stays equal to
+``global_step``), manual accumulation (no step yet: the micro-batch continues the step) and SAM
+(two closure evaluations, one step).
+
+Example:
+    >>> import torch
+    >>> from composer_bridge.core.state import State
+    >>> state = State(torch.nn.Linear(1, 1))
+    >>> clock = StepClock()
+    >>> clock.start_fit(global_step=0)
+    >>> clock.end_micro_batch(state, samples=4, global_step=0)  # accumulating: no step yet
+    0
+    >>> clock.end_micro_batch(state, samples=4, global_step=2)  # two optimizers stepped
+    2
+    >>> state.timestamp.batch.value, state.timestamp.sample.value
+    (2, 8)
+"""
+
+from __future__ import annotations
+
+import time
+
+from composer_bridge.core.state import State
+
+__all__ = ["StepClock"]
+
+
+class StepClock:
+    """Micro-batch, sample and wall-clock bookkeeping for one training loop."""
+
+    def __init__(self) -> None:
+        #: micro-batches finished in the current optimizer step
+        self.micro = 0
+        self._samples = 0
+        #: the samples the data hook saw for the micro-batch in flight (``None``: not seen)
+        self.loaded_samples: int | None = None
+        self._global_step = 0
+        self._batch_started_at = 0.0
+        self._eval_started_at = 0.0
+
+    def start_fit(self, global_step: int) -> None:
+        """The loop (re)starts at Lightning's ``global_step`` (restored when resuming)."""
+        self._global_step = int(global_step)
+        self.reset_step()
+
+    def start_epoch(self) -> None:
+        """A new epoch: the step in flight (if any) is dropped and the wall-clock restarts."""
+        self.reset_step()
+        self._batch_started_at = time.perf_counter()
+
+    def reset_step(self) -> None:
+        self.micro = 0
+        self._samples = 0
+
+    def end_micro_batch(self, state: State, samples: int, global_step: int) -> int:
+        """Count a finished micro-batch; return how many optimizer steps it completed (0: step continues).
+
+        When it completed any, the step's samples and wall-clock go to ``state`` (``count_batch``)
+        and the next micro-batch starts a new step.
+        """
+        loaded = self.loaded_samples
+        if loaded is not None:
+            samples = loaded
+            self.loaded_samples = None
+        self._samples += samples
+        steps = int(global_step) - self._global_step
+        if steps <= 0:
+            self.micro += 1
+            state.microbatch_index = self.micro
+            return 0
+        self._global_step = int(global_step)
+        # As in Composer, a batch's wall-clock runs from the end of the previous one (data loading
+        # in, evaluation out: see start_eval/end_eval).
+        now = time.perf_counter()
+        state.count_batch(self._samples, now - self._batch_started_at, batches=steps)
+        self._batch_started_at = now
+        self.reset_step()
+        state.microbatch_index = 0
+        return steps
+
+    def start_eval(self) -> None:
+        self._eval_started_at = time.perf_counter()
+
+    def end_eval(self) -> None:
+        """Evaluation inside a step's wall-clock window is not batch time."""
+        self._batch_started_at += time.perf_counter() - self._eval_started_at
