@@ -9,7 +9,9 @@ grows with depth, from ``drop_rate / n`` for the first block to ``drop_rate`` fo
 
 Which blocks (the *policy*): :class:`composer_bridge.models.resnet.BasicBlock` is registered
 (its ``residual(x)`` is the droppable branch, ``shortcut`` the identity path, ``relu`` the final
-activation). Register your own with ``policy={MyBlock: fn}`` where
+activation). torchvision's ResNet ``BasicBlock`` and ``Bottleneck`` (``target_layer_name``
+``"BasicBlock"``, ``"Bottleneck"``, or Composer's ``"ResNetBottleneck"``) are recognised by class
+name and layout (``conv1``/``bn1``/..., ``relu``, ``downsample``) without importing torchvision. Register your own with ``policy={MyBlock: fn}`` where
 ``fn(module, drop_rate, stochastic_method)`` returns the replacement, usually
 ``StochasticBlock(module, drop_rate, stochastic_method, residual=..., shortcut=..., activation=...)``,
 and select it with ``target_layer_name="MyBlock"``.
@@ -45,8 +47,8 @@ if TYPE_CHECKING:
     from composer_bridge.core.logger import Logger
     from composer_bridge.core.state import State
 
-__all__ = ["StochasticBlock", "StochasticDepth", "StochasticDepthPolicy", "apply_stochastic_depth",
-           "default_stochastic_depth_policy"]
+__all__ = ["StochasticBlock", "StochasticDepth", "StochasticDepthPolicy", "TorchvisionStyleStochasticBlock",
+           "apply_stochastic_depth", "default_stochastic_depth_policy"]
 
 #: ``fn(module, drop_rate, stochastic_method) -> replacement | None``.
 StochasticDepthPolicy = Mapping[type, Callable[[nn.Module, float, str], "nn.Module | None"]]
@@ -79,12 +81,7 @@ class StochasticBlock(nn.Module):
         activation: str | None = "relu",
     ) -> None:
         super().__init__()
-        for role, name in (("residual", residual), ("shortcut", shortcut), ("activation", activation)):
-            if name is not None and not callable(getattr(block, name, None)):
-                raise ValueError(
-                    f"StochasticBlock: {type(block).__name__} has no callable {name!r} for the {role} path; pass "
-                    f"{role}=<the name of its attribute or method>" + ("" if role == "residual" else " or None") + "."
-                )
+        self._check_paths(block, residual, shortcut, activation)
         self.block = block
         self.drop_rate = float(drop_rate)
         self.base_drop_rate = float(drop_rate)
@@ -94,8 +91,26 @@ class StochasticBlock(nn.Module):
         self.activation_name = activation
         self.generator: torch.Generator | None = None
 
+    @staticmethod
+    def _check_paths(block: nn.Module, residual: str, shortcut: str | None, activation: str | None) -> None:
+        for role, name in (("residual", residual), ("shortcut", shortcut), ("activation", activation)):
+            if name is not None and not callable(getattr(block, name, None)):
+                raise ValueError(
+                    f"StochasticBlock: {type(block).__name__} has no callable {name!r} for the {role} path; pass "
+                    f"{role}=<the name of its attribute or method>" + ("" if role == "residual" else " or None") + "."
+                )
+
     def extra_repr(self) -> str:
         return f"drop_rate={self.drop_rate:.4g}, stochastic_method={self.stochastic_method!r}"
+
+    def _branch(self, x: torch.Tensor) -> torch.Tensor:
+        return getattr(self.block, self.residual_name)(x)
+
+    def _identity(self, x: torch.Tensor) -> torch.Tensor:
+        return x if self.shortcut_name is None else getattr(self.block, self.shortcut_name)(x)
+
+    def _activate(self, x: torch.Tensor) -> torch.Tensor:
+        return x if self.activation_name is None else getattr(self.block, self.activation_name)(x)
 
     def _uniform(self, size: tuple[int, ...], device: torch.device) -> torch.Tensor:
         if self.generator is None:
@@ -103,9 +118,8 @@ class StochasticBlock(nn.Module):
         return torch.rand(size, generator=self.generator, device=self.generator.device).to(device)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        identity = x if self.shortcut_name is None else getattr(self.block, self.shortcut_name)(x)
-        activation = (lambda t: t) if self.activation_name is None else getattr(self.block, self.activation_name)
-        branch = getattr(self.block, self.residual_name)
+        identity = self._identity(x)
+        activation, branch = self._activate, self._branch
         if not self.training:
             return activation(branch(x) * (1.0 - self.drop_rate) + identity)
         if self.stochastic_method == "block":
@@ -119,8 +133,65 @@ class StochasticBlock(nn.Module):
         return activation(out + identity)
 
 
+class TorchvisionStyleStochasticBlock(StochasticBlock):
+    """:class:`StochasticBlock` for torchvision's ResNet ``BasicBlock`` and ``Bottleneck`` (and replicas).
+
+    Such a block computes ``relu(bn_k(conv_k(... relu(bn1(conv1(x))))) + shortcut(x))`` with
+    ``shortcut = downsample`` (or the identity when ``downsample`` is ``None``); ``k`` is 2 for a
+    ``BasicBlock``, 3 for a ``Bottleneck``. The blocks are recognised by class name and by those
+    attributes, so torchvision is never imported.
+    """
+
+    def __init__(self, block: nn.Module, drop_rate: float, stochastic_method: str = "block", depth: int = 2) -> None:
+        self.depth = depth
+        super().__init__(block, drop_rate, stochastic_method, residual="conv1", shortcut=None, activation="relu")
+
+    def _branch(self, x: torch.Tensor) -> torch.Tensor:
+        out = x
+        for i in range(1, self.depth + 1):
+            out = getattr(self.block, f"bn{i}")(getattr(self.block, f"conv{i}")(out))
+            if i < self.depth:
+                out = self.block.relu(out)
+        return out
+
+    def _identity(self, x: torch.Tensor) -> torch.Tensor:
+        downsample = self.block.downsample
+        return x if downsample is None else downsample(x)
+
+
+def _torchvision_style(depth: int) -> Callable[[nn.Module], bool]:
+    """A predicate: a module laid out like torchvision's ResNet block with ``depth`` convolutions."""
+    layers = [f"{kind}{i}" for i in range(1, depth + 1) for kind in ("conv", "bn")] + ["relu"]
+
+    def matches(module: nn.Module) -> bool:
+        downsample = getattr(module, "downsample", False)
+        return (
+            not isinstance(module, (BasicBlock, StochasticBlock))
+            and all(isinstance(getattr(module, name, None), nn.Module) for name in layers)
+            and (downsample is None or isinstance(downsample, nn.Module))
+            and not isinstance(getattr(module, f"conv{depth + 1}", None), nn.Module)
+        )
+
+    return matches
+
+
+def _torchvision_style_fn(depth: int) -> Callable[[nn.Module, float, str], nn.Module]:
+    return lambda block, rate, method: TorchvisionStyleStochasticBlock(block, rate, method, depth)
+
+
+# Blocks recognised by class name and layout: {target_layer_name: (names of the block class, depth)}.
+# Composer's own name for torchvision's Bottleneck is "ResNetBottleneck".
+_TORCHVISION_STYLE = {"BasicBlock": (("BasicBlock",), 2), "Bottleneck": (("Bottleneck",), 3),
+                      "ResNetBottleneck": (("Bottleneck",), 3)}
+
+
 def default_stochastic_depth_policy() -> dict[type, Callable[[nn.Module, float, str], nn.Module | None]]:
-    """A fresh copy of the blocks StochasticDepth knows: the ResNet :class:`BasicBlock`."""
+    """A fresh copy of the block classes StochasticDepth knows: the ResNet :class:`BasicBlock`.
+
+    torchvision's ``BasicBlock`` and ``Bottleneck`` (``target_layer_name="BasicBlock"``,
+    ``"Bottleneck"`` or Composer's ``"ResNetBottleneck"``) are recognised by their name and layout
+    as well, without importing torchvision (see :class:`TorchvisionStyleStochasticBlock`).
+    """
     return {BasicBlock: lambda block, rate, method: StochasticBlock(block, rate, method)}
 
 
@@ -134,14 +205,27 @@ def _policy(target_layer_name: str, policy: StochasticDepthPolicy | None) -> dic
                 "fn(module, drop_rate, stochastic_method) -> module or None."
             )
     known = {**default_stochastic_depth_policy(), **dict(policy or {})}
-    chosen = {cls: fn for cls, fn in known.items() if cls.__name__ == target_layer_name}
+    chosen: dict[Any, Callable[..., Any]] = {cls: fn for cls, fn in known.items() if cls.__name__ == target_layer_name}
+    if target_layer_name in _TORCHVISION_STYLE:
+        names, depth = _TORCHVISION_STYLE[target_layer_name]
+        layout = _torchvision_style(depth)
+        registered = tuple(chosen)
+
+        def torchvision_block(module: nn.Module) -> bool:
+            return type(module).__name__ in names and not isinstance(module, registered) and layout(module)
+
+        chosen[torchvision_block] = _torchvision_style_fn(depth)
     if not chosen:
         raise ValueError(
             f"StochasticDepth(target_layer_name={target_layer_name!r}): no registered block class has that name "
-            f"(registered: {sorted(c.__name__ for c in known)}). Register yours with policy={{YourBlock: fn}} and "
-            "pass target_layer_name='YourBlock'."
+            f"(registered: {sorted({c.__name__ for c in known} | set(_TORCHVISION_STYLE))}). Register yours with "
+            "policy={YourBlock: fn} and pass target_layer_name='YourBlock'."
         )
     return chosen
+
+
+def _matches(key: Any, module: nn.Module) -> bool:
+    return isinstance(module, key) if isinstance(key, type) else bool(key(module))
 
 
 def _check(stochastic_method: str, drop_rate: float, drop_distribution: str) -> None:
@@ -183,19 +267,21 @@ def apply_stochastic_depth(
     _check(stochastic_method, drop_rate, drop_distribution)
     chosen = _policy(target_layer_name, policy)
     wrapped = {id(m.block) for m in model.modules() if isinstance(m, StochasticBlock)}
-    count = sum(1 for m in model.modules() if isinstance(m, tuple(chosen)) and id(m) not in wrapped)
+
+    def target(module: nn.Module) -> bool:
+        return any(_matches(key, module) for key in chosen)
+
+    count = sum(1 for m in model.modules() if id(m) not in wrapped and not isinstance(m, StochasticBlock) and target(m))
 
     def rate(index: int) -> float:
         return drop_rate * (index + 1) / count if drop_distribution == "linear" else drop_rate
 
-    classes = tuple(chosen)
-
     def convert(module: nn.Module, index: int) -> nn.Module | None:
         # one predicate for all target classes, so that depth is counted across them
-        fn = next(fn for cls, fn in chosen.items() if isinstance(module, cls))
+        fn = next(fn for key, fn in chosen.items() if _matches(key, module))
         return fn(module, rate(index), stochastic_method)
 
-    done = replace_modules(model, {lambda m: isinstance(m, classes): convert}, skip=(StochasticBlock,))
+    done = replace_modules(model, {target: convert}, skip=(StochasticBlock,))
     for replacement in done:
         if isinstance(replacement.new, StochasticBlock):
             replacement.new.generator = generator
