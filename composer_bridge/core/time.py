@@ -21,7 +21,31 @@ import re
 from enum import Enum
 from typing import Any, Generic, TypeVar
 
-__all__ = ["Time", "TimeUnit", "Timestamp", "ensure_time"]
+__all__ = [
+    "FractionalTimeError",
+    "Time",
+    "TimeInputError",
+    "TimeUnit",
+    "TimeUnitMismatchError",
+    "Timestamp",
+    "ensure_time",
+]
+
+
+# Composer raises RuntimeError where units differ or an input cannot be read as a Time, and
+# TypeError for a fraction of a whole unit; we raise the more specific ValueError/TypeError. Each
+# error below is both, so code written for Composer (``except RuntimeError``) and code written
+# for us catch the same errors.
+class TimeUnitMismatchError(ValueError, RuntimeError):
+    """Arithmetic or ordering between Times of different units (e.g. ``Time(1, 'ep') < Time(1, 'ba')``)."""
+
+
+class TimeInputError(TypeError, RuntimeError):
+    """:meth:`Time.from_input` got something that is not a Time, a time string or a number with a unit."""
+
+
+class FractionalTimeError(ValueError, TypeError):
+    """A fractional amount of a whole-number unit (``'1.5ep'``, ``Time(2.5, 'ba')``)."""
 
 
 class TimeUnit(str, Enum):
@@ -104,7 +128,7 @@ def _check_value(value: Any, unit: TimeUnit) -> int | float:
     if unit.is_integer:
         if isinstance(value, float):
             if not value.is_integer():
-                raise ValueError(
+                raise FractionalTimeError(
                     f"{value!r} is not a whole number of {unit.name.lower()}s ('{unit.value}'): "
                     f"'{unit.value}' requires whole numbers. Use a fraction of the run such as "
                     f"'0.5dur', or a smaller unit (e.g. batches 'ba' instead of epochs 'ep')."
@@ -120,11 +144,14 @@ class Time(Generic[TValue]):
     ``ep``, ``iter``, ``ba``, ``sp`` and ``tok`` hold whole numbers; ``dur`` (a fraction of the
     whole run) and ``sec`` hold floats (or ints). ``unit`` may be a :class:`TimeUnit` or its string.
 
-    Times of the same unit add, subtract and compare; a plain number stands for the same unit.
-    ``Time * number`` and ``Time / number`` scale (integer units round down, as in Composer);
-    ``Time * Time(f, 'dur')`` takes the fraction ``f`` of it; ``Time / Time`` of one unit is
-    their ratio as a float. Mixing units in arithmetic or ordering raises ``ValueError``; ``==``
-    between units is simply ``False`` so Times of any unit can live in one set or dict.
+    Times of the same unit add, subtract, take remainders (``%``) and compare; a plain number
+    stands for the same unit. ``Time * number`` and ``Time / number`` scale (integer units round
+    toward zero, as in Composer); ``Time * Time(f, 'dur')`` takes the fraction ``f`` of it;
+    ``Time / Time`` of one unit is their ratio as a float. A constructed Time is never negative,
+    but results of arithmetic may be (``Time(1, 'ep') - Time(2, 'ep') == -Time(1, 'ep')``), as in
+    Composer. Mixing units in arithmetic or ordering raises :class:`TimeUnitMismatchError` (a
+    ``ValueError`` and, as in Composer, a ``RuntimeError``); ``==`` between units is simply
+    ``False`` so Times of any unit can live in one set or dict.
 
     Example:
         >>> t = Time(10, "ep")
@@ -226,7 +253,7 @@ class Time(Generic[TValue]):
                 f"accepted forms are {_ACCEPTED_FORMS}."
             ) from None
         if unit.is_integer and not float(value).is_integer():
-            raise ValueError(
+            raise FractionalTimeError(
                 f"Invalid time string {timestring!r}: '{unit.value}' requires whole numbers. Use a fraction of "
                 f"the run such as '0.5dur', or a smaller unit (e.g. 'ba' instead of 'ep'); "
                 f"accepted forms are {_ACCEPTED_FORMS}."
@@ -247,12 +274,12 @@ class Time(Generic[TValue]):
             return cls.from_timestring(value)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             if default_unit is None:
-                raise TypeError(
+                raise TimeInputError(
                     f"Cannot tell the unit of the bare number {value!r}: pass a time string such as "
                     f"'{value}ep' or '{value}ba', a Time, or give a default_unit."
                 )
             return cls(value, default_unit)
-        raise TypeError(
+        raise TimeInputError(
             f"Expected a Time, a time string (e.g. '10ep', '0.5dur', '1h20m') or a number with a default unit; "
             f"got {type(value).__name__} ({value!r})."
         )
@@ -308,18 +335,27 @@ class Time(Generic[TValue]):
         if not isinstance(other, Time):
             return None
         if other._unit != self._unit:
-            raise ValueError(
+            raise TimeUnitMismatchError(
                 f"Cannot {operation} {self} ({self._unit.name.lower()}, '{self._unit.value}') and {other} "
                 f"({other._unit.name.lower()}, '{other._unit.value}'): the units differ. Convert one of them "
                 f"first, e.g. with the epoch length or max_duration."
             )
         return other
 
+    def _result(self, value: Number) -> Time:
+        # Results of arithmetic may be negative (``remaining = max_duration - elapsed`` past the end,
+        # ``a - b + c`` through a negative middle), as in Composer; only constructed Times must be >= 0.
+        if self._unit.is_integer:
+            value = _check_value(abs(value), self._unit) * (-1 if value < 0 else 1)
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"A Time value must be finite, got {value!r} {self._unit.value}.")
+        return _trusted_time(value, self._unit)  # type: ignore[arg-type]
+
     def __add__(self, other: object) -> Time:
         same = self._same_unit(other, "add")
         if same is None:
             return NotImplemented
-        return Time(self._value + same._value, self._unit)
+        return self._result(self._value + same._value)
 
     __radd__ = __add__
 
@@ -327,25 +363,40 @@ class Time(Generic[TValue]):
         same = self._same_unit(other, "subtract")
         if same is None:
             return NotImplemented
-        return Time(self._value - same._value, self._unit)
+        return self._result(self._value - same._value)
 
     def __rsub__(self, other: object) -> Time:
         same = self._same_unit(other, "subtract")
         if same is None:
             return NotImplemented
-        return Time(same._value - self._value, self._unit)
+        return self._result(same._value - self._value)
+
+    def __neg__(self) -> Time:
+        return self._result(-self._value)
+
+    def __pos__(self) -> Time:
+        return self
+
+    def __abs__(self) -> Time:
+        return self._result(abs(self._value))
+
+    def __mod__(self, other: object) -> Time:
+        same = self._same_unit(other, "take the remainder of")
+        if same is None:
+            return NotImplemented
+        return self._result(self._value % same._value)
 
     def _scaled(self, factor: float) -> Time:
         value = self._value * factor
         if self._unit.is_integer:
-            # Composer rounds fractional amounts of whole units down (e.g. warm-up of 0.1 of 15 epochs).
+            # Composer rounds fractional amounts of whole units toward zero (e.g. warm-up of 0.1 of 15 epochs).
             value = int(value)
-        return Time(value, self._unit)
+        return self._result(value)
 
     def __mul__(self, other: object) -> Time:
         if isinstance(other, Time):
             if other._unit != TimeUnit.DURATION:
-                raise ValueError(
+                raise TimeUnitMismatchError(
                     f"Cannot multiply {self} by {other}: only a fraction of the run ('dur', e.g. '0.5dur') "
                     f"or a plain number can scale a Time."
                 )
@@ -435,6 +486,7 @@ _COUNTS: dict[str, TimeUnit] = {
     "sample": TimeUnit.SAMPLE,
     "token": TimeUnit.TOKEN,
     "epoch_in_iteration": TimeUnit.EPOCH,
+    "token_in_iteration": TimeUnit.TOKEN,
     "batch_in_epoch": TimeUnit.BATCH,
     "sample_in_epoch": TimeUnit.SAMPLE,
     "token_in_epoch": TimeUnit.TOKEN,
@@ -479,7 +531,8 @@ class Timestamp:
     """Where training is: counts of iterations, epochs, batches, samples and tokens, and wall-clock times.
 
     Counts are exposed as :class:`Time` (``ts.epoch`` is ``Time(n, 'ep')``), wall-clock times
-    (``*_wct``) as ``datetime.timedelta``. A Timestamp does not change under you: the ``to_next_*``
+    (``*_wct``) as ``datetime.timedelta``. A Timestamp compares with a Time (or a time string) by
+    its count in that unit: ``ts < Time(10, 'ep')`` means fewer than 10 epochs done, as in Composer. A Timestamp does not change under you: the ``to_next_*``
     methods and :meth:`copy` return new ones (only :meth:`load_state_dict` updates in place).
 
     Example:
@@ -489,6 +542,8 @@ class Timestamp:
         >>> ts = ts.to_next_batch(samples=64).to_next_epoch()
         >>> ts.epoch.value, ts.batch.value, ts.sample.value, ts.batch_in_epoch.value
         (3, 101, 64, 0)
+        >>> ts >= Time(3, "ep"), ts < "200ba"
+        (True, True)
     """
 
     def __init__(
@@ -499,6 +554,7 @@ class Timestamp:
         sample: Time | int = 0,
         token: Time | int = 0,
         epoch_in_iteration: Time | int = 0,
+        token_in_iteration: Time | int = 0,
         batch_in_epoch: Time | int = 0,
         sample_in_epoch: Time | int = 0,
         token_in_epoch: Time | int = 0,
@@ -549,6 +605,11 @@ class Timestamp:
     def epoch_in_iteration(self) -> Time[int]:
         """Epochs completed in the current iteration."""
         return _trusted_time(self._counts["epoch_in_iteration"], _COUNTS["epoch_in_iteration"])
+
+    @property
+    def token_in_iteration(self) -> Time[int]:
+        """Tokens trained on in the current iteration."""
+        return _trusted_time(self._counts["token_in_iteration"], _COUNTS["token_in_iteration"])
 
     @property
     def batch_in_epoch(self) -> Time[int]:
@@ -676,6 +737,7 @@ class Timestamp:
         if n_tokens:
             counts["token"] += n_tokens
             counts["token_in_epoch"] += n_tokens
+            counts["token_in_iteration"] += n_tokens
         clocks = self._clocks
         new = Timestamp.__new__(Timestamp)
         new._counts = counts
@@ -685,26 +747,38 @@ class Timestamp:
         }
         return new
 
-    def to_next_epoch(self) -> Timestamp:
-        """The Timestamp at the start of the next epoch: ``epoch + 1``, per-epoch counts and clocks reset."""
+    def to_next_epoch(self, duration: datetime.timedelta | float | None = None) -> Timestamp:
+        """The Timestamp at the start of the next epoch: ``epoch + 1``, per-epoch counts and clocks reset.
+
+        ``duration`` (wall-clock time spent closing the epoch, e.g. evaluation) is added to
+        ``total_wct`` and ``iteration_wct``, as in Composer.
+        """
+        extra = _wall_clock("duration", duration)
         return self.copy(
             epoch=self.epoch + 1,
             epoch_in_iteration=self.epoch_in_iteration + 1,
             batch_in_epoch=0,
             sample_in_epoch=0,
             token_in_epoch=0,
+            total_wct=self._clocks["total_wct"] + extra,
+            iteration_wct=self._clocks["iteration_wct"] + extra,
             epoch_wct=_ZERO,
             batch_wct=_ZERO,
         )
 
-    def to_next_iteration(self) -> Timestamp:
-        """The Timestamp at the start of the next iteration: ``iteration + 1``, per-iteration and per-epoch state reset."""
+    def to_next_iteration(self, duration: datetime.timedelta | float | None = None) -> Timestamp:
+        """The Timestamp at the start of the next iteration: ``iteration + 1``, per-iteration and per-epoch state reset.
+
+        ``duration`` is added to ``total_wct``, as in Composer.
+        """
         return self.copy(
             iteration=self.iteration + 1,
             epoch_in_iteration=0,
+            token_in_iteration=0,
             batch_in_epoch=0,
             sample_in_epoch=0,
             token_in_epoch=0,
+            total_wct=self._clocks["total_wct"] + _wall_clock("duration", duration),
             iteration_wct=_ZERO,
             epoch_wct=_ZERO,
             batch_wct=_ZERO,
@@ -730,10 +804,36 @@ class Timestamp:
         self._set(fields)
 
     # --- comparison and display -----------------------------------------------------------------
+    def _count_in_unit_of(self, other: object) -> tuple[Time, Time] | None:
+        """``(this Timestamp's count in other's unit, other as a Time)`` for a Time or a time string."""
+        if isinstance(other, str):
+            other = Time.from_timestring(other)
+        if not isinstance(other, Time):
+            return None
+        return self.get(other.unit), other
+
     def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Timestamp):
-            return NotImplemented
-        return self._fields() == other._fields()
+        # Against a Time (or time string), the count in its unit: ``Timestamp(epoch=3) == Time(3, 'ep')``.
+        if isinstance(other, Timestamp):
+            return self._fields() == other._fields()
+        pair = self._count_in_unit_of(other)
+        return NotImplemented if pair is None else pair[0] == pair[1]
+
+    def __lt__(self, other: object) -> bool:
+        pair = self._count_in_unit_of(other)
+        return NotImplemented if pair is None else pair[0] < pair[1]
+
+    def __le__(self, other: object) -> bool:
+        pair = self._count_in_unit_of(other)
+        return NotImplemented if pair is None else pair[0] <= pair[1]
+
+    def __gt__(self, other: object) -> bool:
+        pair = self._count_in_unit_of(other)
+        return NotImplemented if pair is None else pair[0] > pair[1]
+
+    def __ge__(self, other: object) -> bool:
+        pair = self._count_in_unit_of(other)
+        return NotImplemented if pair is None else pair[0] >= pair[1]
 
     def __hash__(self) -> int:
         return hash(tuple(self._fields().values()))

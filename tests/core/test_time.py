@@ -11,7 +11,15 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from composer_bridge.core.time import Time, Timestamp, TimeUnit, ensure_time
+from composer_bridge.core.time import (
+    FractionalTimeError,
+    Time,
+    TimeInputError,
+    Timestamp,
+    TimeUnit,
+    TimeUnitMismatchError,
+    ensure_time,
+)
 
 INTEGER_UNITS = [TimeUnit.EPOCH, TimeUnit.ITERATION, TimeUnit.BATCH, TimeUnit.SAMPLE, TimeUnit.TOKEN]
 FLOAT_UNITS = [TimeUnit.DURATION, TimeUnit.SECOND]
@@ -211,7 +219,7 @@ def test_arithmetic_within_one_unit():
     assert a + 1 == Time(11, "ep") == 1 + a
     assert a * 2 == Time(20, "ep") == 2 * a
     assert a / 2 == Time(5, "ep")
-    assert Time(3, "ep") * 0.5 == Time(1, "ep")  # whole units round down
+    assert Time(3, "ep") * 0.5 == Time(1, "ep")  # whole units round toward zero
     assert a / Time(20, "ep") == 0.5
     assert isinstance(a / b, float)
     assert Time(1000, "ba") * Time(0.25, "dur") == Time(250, "ba")
@@ -219,9 +227,23 @@ def test_arithmetic_within_one_unit():
     assert sum([Time(1, "sp"), Time(2, "sp")]) == Time(3, "sp")
 
 
-def test_subtracting_past_zero_is_an_error():
-    with pytest.raises(ValueError, match="negative"):
-        Time(1, "ep") - Time(2, "ep")
+def test_arithmetic_may_pass_through_negative_values_as_in_composer():
+    one, two, three = Time(1, "ep"), Time(2, "ep"), Time(3, "ep")
+    assert one - two == -one == Time(0, "ep") - 1
+    assert (one - two).value == -1 and (one - two).unit == TimeUnit.EPOCH
+    assert one - two + three == two  # a negative middle result, a valid end result
+    remaining = Time(100, "ba") - Time(130, "ba")  # e.g. max_duration - elapsed, past the end
+    assert remaining < 0 and abs(remaining) == Time(30, "ba") and str(remaining) == "-30ba"
+    assert -Time(0.25, "dur") * 2 == Time(0, "dur") - 0.5
+    assert +one is one
+    with pytest.raises(ValueError, match="negative"):  # a Time you construct is still a non-negative amount
+        Time(-1, "ep")
+
+
+def test_remainder_within_one_unit():
+    assert Time(7, "ba") % Time(3, "ba") == Time(1, "ba")
+    assert Time(3, "ep") % Time(3, "ep") == Time(0, "ep")
+    assert Time(7, "ba") % 4 == Time(3, "ba")
 
 
 def test_comparisons_within_one_unit():
@@ -247,6 +269,7 @@ def test_comparisons_within_one_unit():
         lambda a, b: a > b,
         lambda a, b: a >= b,
         lambda a, b: a / b,
+        lambda a, b: a % b,
     ],
 )
 def test_mixing_units_names_both(operation):
@@ -254,6 +277,27 @@ def test_mixing_units_names_both(operation):
         operation(Time(3, "ep"), Time(3, "ba"))
     message = str(info.value)
     assert "'ep'" in message and "'ba'" in message
+    # Composer raises RuntimeError here: code written for it catches ours too.
+    with pytest.raises(RuntimeError):
+        operation(Time(3, "ep"), Time(3, "ba"))
+    assert isinstance(info.value, TimeUnitMismatchError)
+
+
+@pytest.mark.parametrize("bad", [None, [123], 1])
+def test_from_input_errors_are_also_composers_runtime_error(bad):
+    with pytest.raises(TimeInputError) as info:
+        Time.from_input(bad)
+    assert isinstance(info.value, TypeError) and isinstance(info.value, RuntimeError)
+
+
+@pytest.mark.parametrize("text", ["1.1iter", "1.5ep", "2.1ba", "3.2sp", "3.4tok"])
+def test_fractions_of_whole_units_are_also_composers_type_error(text):
+    with pytest.raises(TypeError, match="whole numbers"):
+        Time.from_timestring(text)
+    with pytest.raises(ValueError, match="whole number"):
+        Time(float(text[:3]), text[3:])
+    with pytest.raises(FractionalTimeError):
+        Time(float(text[:3]), text[3:])
 
 
 def test_times_of_different_units_are_unequal_rather_than_an_error():
@@ -263,6 +307,8 @@ def test_times_of_different_units_are_unequal_rather_than_an_error():
 
 def test_multiplying_by_a_non_duration_time_is_an_error():
     with pytest.raises(ValueError, match="dur"):
+        Time(3, "ep") * Time(2, "ba")
+    with pytest.raises(RuntimeError, match="dur"):  # Composer's type for it
         Time(3, "ep") * Time(2, "ba")
 
 
@@ -420,6 +466,47 @@ def test_to_next_iteration_resets_epochs_in_iteration():
     assert nxt.epoch == Time(2, "ep")
     assert nxt.epoch_in_iteration == Time(0, "ep")
     assert nxt.batch == Time(1, "ba")
+
+
+def test_token_in_iteration_counts_tokens_across_epochs_until_the_next_iteration():
+    ts = Timestamp().to_next_batch(samples=2, tokens=20)
+    assert ts.token_in_iteration == Time(20, "tok")
+    ts = ts.to_next_epoch().to_next_batch(samples=2, tokens=5)
+    assert (ts.token_in_iteration, ts.token_in_epoch, ts.token) == (Time(25, "tok"), Time(5, "tok"), Time(25, "tok"))
+    assert ts.to_next_batches(3, tokens=6).token_in_iteration == Time(31, "tok")
+    nxt = ts.to_next_iteration()
+    assert nxt.token_in_iteration == Time(0, "tok") and nxt.token == Time(25, "tok")
+    # It round-trips through state_dict; a checkpoint written before the field existed loads as 0.
+    restored = Timestamp()
+    restored.load_state_dict(ts.state_dict())
+    assert restored == ts
+    old = {k: v for k, v in ts.state_dict().items() if k != "token_in_iteration"}
+    restored.load_state_dict(old)
+    assert restored.token_in_iteration == Time(0, "tok") and restored.token == Time(25, "tok")
+
+
+def test_closing_an_epoch_or_iteration_may_add_wall_clock_time():
+    ts = Timestamp().to_next_batch(duration=datetime.timedelta(seconds=5))
+    ts = ts.to_next_epoch(duration=datetime.timedelta(seconds=5))  # e.g. evaluation at the epoch's end
+    assert (ts.total_wct, ts.iteration_wct, ts.epoch_wct) == (
+        datetime.timedelta(seconds=10), datetime.timedelta(seconds=10), datetime.timedelta(0)
+    )
+    ts = ts.to_next_iteration(duration=2.0)
+    assert (ts.total_wct, ts.iteration_wct) == (datetime.timedelta(seconds=12), datetime.timedelta(0))
+    assert Timestamp().to_next_epoch().total_wct == datetime.timedelta(0)
+
+
+def test_a_timestamp_compares_with_a_time_by_its_count_in_that_unit():
+    ts = Timestamp(epoch=3, batch=120, sample=3840)
+    assert Timestamp() < Time(10, "ep")
+    assert ts >= Time(3, "ep") and ts > Time(2, "ep") and ts <= "3ep" and not ts < "3ep"
+    assert ts == Time(120, "ba") and ts != Time(121, "ba") and ts == "3840sp"
+    assert Time(100, "ba") < ts  # reflected: Time.__lt__ defers to the Timestamp
+    assert Time(3, "ep") == ts
+    with pytest.raises(ValueError, match="get_elapsed_duration"):
+        _ = ts < Time(0.5, "dur")  # a fraction of the run needs max_duration
+    with pytest.raises(TypeError):
+        _ = ts < 3  # a bare number has no unit
 
 
 def test_copy_overrides_fields():
