@@ -91,6 +91,8 @@ class GhostBatchNorm(SurgeryAlgorithm):
         GhostBatchNorm(ghost_batch_size=16)
     """
 
+    replaced_hparam_key = "GhostBatchNorm/num_new_modules"  # Composer's log_hyperparameters key
+
     def __init__(self, ghost_batch_size: int = 32) -> None:
         _check(ghost_batch_size)
         self.ghost_batch_size = ghost_batch_size

@@ -306,11 +306,15 @@ class SurgeryAlgorithm(Algorithm):
     Subclasses implement :meth:`surgery` (which calls their functional form and returns how many
     modules it replaced); this class runs it at ``INIT``, passes the run's optimizers (empty in
     the bridge: INIT comes before ``configure_optimizers``) and logs
-    ``"<ClassName>/num_replaced"`` through the engine logger. A checkpoint written with a
-    surgery algorithm needs it again when loaded (``required_on_load``).
+    ``"<ClassName>/num_replaced"`` through the engine logger, plus the surgery counts Composer
+    logs as hyper-parameters under Composer's keys (:meth:`surgery_hparams`; the bridge sends
+    them to every Lightning logger's ``log_hyperparams``). A checkpoint written with a surgery
+    algorithm needs it again when loaded (``required_on_load``).
     """
 
     unique = True
+    #: Composer's ``log_hyperparameters`` key for the number of modules replaced, if it logs one.
+    replaced_hparam_key: str | None = None
 
     @classmethod
     def required_on_load(cls) -> bool:
@@ -323,6 +327,17 @@ class SurgeryAlgorithm(Algorithm):
     def surgery(self, state: State) -> int:
         """Change ``state.model`` in place; return the number of modules replaced."""
 
+    def surgery_hparams(self, state: State, replaced: int) -> dict[str, int]:
+        """The counts to log with ``log_hyperparameters`` after the surgery, under Composer's keys.
+
+        By default ``{replaced_hparam_key: replaced}`` when the class sets that key; override
+        it where Composer logs other counts (e.g. per replaced module type).
+        """
+        return {self.replaced_hparam_key: replaced} if self.replaced_hparam_key else {}
+
     def apply(self, event: Event, state: State, logger: Logger) -> None:
         replaced = self.surgery(state)
         logger.log_metrics({f"{type(self).__name__}/num_replaced": replaced})
+        hparams = self.surgery_hparams(state, replaced)
+        if hparams:
+            logger.log_hyperparameters(hparams)

@@ -89,6 +89,8 @@ class WeightStandardization(SurgeryAlgorithm):
         WeightStandardization(n_last_layers_ignore=1)
     """
 
+    replaced_hparam_key = "WeightStandardization/num_weights_standardized"  # Composer's log_hyperparameters key
+
     def __init__(self, n_last_layers_ignore: int = 0) -> None:
         if isinstance(n_last_layers_ignore, bool) or not isinstance(n_last_layers_ignore, int) or n_last_layers_ignore < 0:
             raise ValueError(
