@@ -94,17 +94,17 @@ def _per_image(values: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
 
 
 def _levels(images: torch.Tensor) -> torch.Tensor:
-    """The nearest 8-bit level (0..255) of every pixel, as int64."""
-    return (images * 255).round_().clamp_(0, 255).to(torch.int64)
+    """The nearest 8-bit level (0..255) of every pixel, as floating-point integers."""
+    return (images * 255).round_().clamp_(0, 255)
 
 
 def autocontrast(images: torch.Tensor) -> torch.Tensor:
     """Stretch each channel of each image linearly to ``[0, 1]`` (flat channels unchanged)."""
-    low = images.amin(dim=(-2, -1), keepdim=True)
-    span = images.amax(dim=(-2, -1), keepdim=True) - low
+    low, high = torch.aminmax(images.flatten(-2), dim=-1)
+    low, span = low[..., None, None], (high - low)[..., None, None]
     flat = span <= 0
     scale = torch.where(flat, torch.ones_like(span), 1 / torch.where(flat, torch.ones_like(span), span))
-    return ((images - torch.where(flat, torch.zeros_like(low), low)) * scale).clamp_(0, 1)
+    return (images - torch.where(flat, torch.zeros_like(low), low)).mul_(scale).clamp_(0, 1)
 
 
 def equalize(images: torch.Tensor) -> torch.Tensor:
@@ -115,33 +115,37 @@ def equalize(images: torch.Tensor) -> torch.Tensor:
     (one or two levels) is left unchanged.
     """
     n, c, h, w = images.shape
-    levels = _levels(images).reshape(n * c, h * w)
-    counts = torch.zeros(n * c, 256, dtype=torch.int64, device=images.device)
-    counts.scatter_add_(1, levels, torch.ones_like(levels))
-    brightest = counts.gather(1, levels.amax(dim=1, keepdim=True))
+    # Level + 256 * channel number: one histogram (bincount) and one table look-up for the batch.
+    offsets = torch.arange(0, n * c * 256, 256, device=images.device, dtype=torch.int32).view(n * c, 1)
+    keys = (_levels(images).reshape(n * c, h * w).to(torch.int32) + offsets).flatten()
+    counts = torch.bincount(keys, minlength=n * c * 256).view(n * c, 256)
+    present = torch.arange(256, device=images.device).expand(n * c, 256)
+    brightest = counts.gather(1, torch.where(counts > 0, present, -1).amax(dim=1, keepdim=True))
     step = (h * w - brightest) // 255
     below = counts.cumsum(dim=1) - counts
-    table = ((step // 2 + below) // step.clamp(min=1)).clamp_(max=255)
-    equalised = (table.gather(1, levels).to(images.dtype) / 255).reshape(n, c, h, w)
-    return torch.where((step > 0).view(n, c, 1, 1), equalised, images)
+    table = ((step // 2 + below) // step.clamp(min=1)).clamp_(max=255).to(images.dtype).div_(255)
+    equalised = table.flatten().index_select(0, keys).view(n, c, h, w)
+    return equalised.lerp_(images, (step <= 0).to(images.dtype).view(n, c, 1, 1))
 
 
 def posterize(images: torch.Tensor, bits: torch.Tensor) -> torch.Tensor:
     """Keep the top ``bits[i]`` bits (0..8) of each 8-bit level of image ``i``."""
-    drop = (2 ** (8 - bits.to(device=images.device, dtype=torch.int64))).view(-1, 1, 1, 1)
-    return ((_levels(images) // drop) * drop).to(images.dtype) / 255
+    drop = 2.0 ** (8 - _per_image(bits, images))
+    return _levels(images).div_(drop).floor_().mul_(drop / 255)
 
 
 def solarize(images: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
     """Invert (``1 - x``) the pixels whose 8-bit level is ``>= threshold[i]`` (0..256; 256 inverts none)."""
     # Half a level below the threshold: a pixel at level k (k / 255 in floating point) counts as k.
     limit = (_per_image(threshold, images) - 0.5) / 255
-    return torch.where(images >= limit, 1 - images, images)
+    # x + inverted * (1 - 2x) rather than torch.where, which is several times slower on the CPU.
+    inverted = (images >= limit).to(images.dtype)
+    return inverted.mul_(1 - 2 * images).add_(images)
 
 
 def _blend(images: torch.Tensor, degenerate: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
     """``degenerate + factor * (images - degenerate)`` clipped to ``[0, 1]`` (Pillow's ``Image.blend``)."""
-    return (degenerate + _per_image(factor, images) * (images - degenerate)).clamp_(0, 1)
+    return (images - degenerate).mul_(_per_image(factor, images)).add_(degenerate).clamp_(0, 1)
 
 
 def _luma(images: torch.Tensor) -> torch.Tensor:
@@ -163,17 +167,21 @@ def contrast(images: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
 
 def brightness(images: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
     """Brightness: blend each image with black (``factor * x``, clipped)."""
-    return _blend(images, torch.zeros_like(images), factor)
+    return (images * _per_image(factor, images)).clamp_(0, 1)
 
 
 def _smooth(images: torch.Tensor) -> torch.Tensor:
     """Pillow's SMOOTH filter (3x3, centre 5, others 1, / 13) inside the image; border pixels kept."""
-    n, c, h, w = images.shape
+    h, w = images.shape[-2:]
     if h < 3 or w < 3:
         return images
-    kernel = torch.ones(1, 1, 3, 3, device=images.device, dtype=images.dtype)
-    kernel[..., 1, 1] = 5
-    inner = F.conv2d(images.reshape(n * c, 1, h, w), kernel / 13).reshape(n, c, h - 2, w - 2)
+    # The 3x3 box sum from shifted slices (faster on the CPU than a pooling or a convolution), plus
+    # 4x the centre, so the centre counts 5.
+    rows = images[..., :-2, :] + images[..., 1:-1, :]
+    rows += images[..., 2:, :]
+    box = rows[..., :-2] + rows[..., 1:-1]
+    box += rows[..., 2:]
+    inner = box.add_(images[..., 1:-1, 1:-1], alpha=4).div_(13)
     smoothed = images.clone()
     smoothed[..., 1:-1, 1:-1] = inner
     return smoothed
@@ -291,11 +299,28 @@ def _int_parameter(level: torch.Tensor, maxval: float) -> torch.Tensor:
     return torch.trunc(level * maxval / 10)
 
 
-def magnitudes(name: str, draws: StepDraws, severity: float, height: int, width: int) -> torch.Tensor:
-    """Op ``name``'s parameter for each image from one step's draws, on Composer's severity scale."""
-    precision = torch.float32 if draws.level.device.type == "mps" else torch.float64  # MPS has no float64
-    level = 0.1 + (severity - 0.1) * draws.level.to(precision)
-    sign = torch.where(draws.sign > 0.5, -1.0, 1.0).to(level.dtype)
+class _Scale(NamedTuple):
+    """One step's draws on the severity scale, for every image (computed once per step)."""
+
+    level: torch.Tensor  #: U(0.1, severity)
+    sign: torch.Tensor  #: -1 or 1
+    symmetric: torch.Tensor  #: a blend factor around 1: U(1, severity) or U(1 - 0.09 * severity, 1)
+
+    @classmethod
+    def of(cls, draws: StepDraws, severity: float) -> _Scale:
+        precision = torch.float32 if draws.level.device.type == "mps" else torch.float64  # MPS has no float64
+        level = 0.1 + (severity - 0.1) * draws.level.to(precision)
+        sign = 1 - 2 * (draws.sign > 0.5).to(precision)
+        u = draws.factor.to(precision)
+        symmetric = torch.where(draws.branch > 0.5, 1 + (severity - 1) * u, (1 - 0.09 * severity) + 0.09 * severity * u)
+        return cls(level, sign, symmetric)
+
+    def select(self, index: torch.Tensor) -> _Scale:
+        return _Scale(*(values.index_select(0, index.to(values.device)) for values in self))
+
+
+def _magnitude(name: str, scale: _Scale, height: int, width: int) -> torch.Tensor:
+    level, sign = scale.level, scale.sign
     if name == "posterize":
         return (4 - _int_parameter(level, 4)).to(torch.int64)
     if name == "solarize":
@@ -310,11 +335,14 @@ def magnitudes(name: str, draws: StepDraws, severity: float, height: int, width:
         return _int_parameter(level, height / 3) * sign
     if name.endswith("_original"):
         return level * (1.8 / 10) + 0.1
-    u = draws.factor.to(level.dtype)
-    symmetric = torch.where(draws.branch > 0.5, 1 + (severity - 1) * u, (1 - 0.09 * severity) + 0.09 * severity * u)
     if name == "brightness":
-        return torch.where(symmetric > 1, symmetric * 0.75, symmetric)
-    return symmetric  # color, contrast, sharpness; ignored by autocontrast and equalize
+        return torch.where(scale.symmetric > 1, scale.symmetric * 0.75, scale.symmetric)
+    return scale.symmetric  # color, contrast, sharpness; ignored by autocontrast and equalize
+
+
+def magnitudes(name: str, draws: StepDraws, severity: float, height: int, width: int) -> torch.Tensor:
+    """Op ``name``'s parameter for each image from one step's draws, on Composer's severity scale."""
+    return _magnitude(name, _Scale.of(draws, severity), height, width)
 
 
 # --- one step over a batch ----------------------------------------------------------------------
@@ -332,42 +360,61 @@ def augment_step(images: torch.Tensor, names: Sequence[str], draws: StepDraws, s
         grouped: run each op on the images that chose it (needs the choices on the host), or
             every op on all images and keep each image's choice; default: grouped on the CPU.
     """
-    n, _, h, w = images.shape
     if grouped is None:
         grouped = images.device.type == "cpu"
     choice = draws.choice.to(images.device)
     if active is not None:
         choice = torch.where(active.to(images.device), choice, -1)
-    out = images.clone() if grouped else images
-    geometric = [k for k, name in enumerate(names) if name in _AFFINE]
+    scale = _Scale.of(draws, severity)
+    if grouped:
+        return _grouped_step(images, names, choice, scale)
+    return _masked_step(images, names, choice, scale)
+
+
+def _grouped_step(images: torch.Tensor, names: Sequence[str], choice: torch.Tensor, scale: _Scale) -> torch.Tensor:
+    """Each op on the images that chose it (the choices are read on the host)."""
+    _, _, h, w = images.shape
+    order = torch.argsort(choice, stable=True)
+    counts = torch.bincount(choice + 1, minlength=len(names) + 1).tolist()
+    groups = dict(enumerate(order.split(counts), start=-1))  # op index -> the images that chose it
+    out = torch.empty_like(images)
+    if groups[-1].numel():  # images left out of this step (AugMix's shorter chains)
+        out.index_copy_(0, groups[-1], images.index_select(0, groups[-1]))
+    geometric = [(k, groups[k]) for k, name in enumerate(names) if name in _AFFINE and groups[k].numel()]
     if geometric:
         # All geometric ops of the step are one resampling, each image with its own matrix.
-        matrices = torch.eye(2, 3, device=images.device).expand(n, 2, 3)
-        wanted = torch.zeros(n, dtype=torch.bool, device=images.device)
-        for k in geometric:
-            chosen = choice == k
-            kind_matrices = _matrices(names[k], magnitudes(names[k], draws, severity, h, w), h, w)
-            matrices = torch.where(chosen.view(n, 1, 1), kind_matrices.to(images.device), matrices)
-            wanted |= chosen
-        out = _where_chosen(out, images, wanted, lambda x, idx: affine(x, matrices[idx]), grouped)
+        index = torch.cat([chosen for _, chosen in geometric])
+        matrices = torch.cat([_matrices(names[k], _magnitude(names[k], scale.select(chosen), h, w), h, w)
+                              for k, chosen in geometric])
+        out.index_copy_(0, index, affine(images.index_select(0, index), matrices))
     for k, name in enumerate(names):
-        if name in _AFFINE:
+        chosen = groups[k]
+        if name in _AFFINE or not chosen.numel():
             continue
-        value = magnitudes(name, draws, severity, h, w).to(images.device)
-        op = _PIXEL_OPS[name]
-        out = _where_chosen(out, images, choice == k, lambda x, idx, op=op, value=value: op(x, value[idx]), grouped)
+        value = _magnitude(name, scale.select(chosen), h, w)
+        out.index_copy_(0, chosen, _PIXEL_OPS[name](images.index_select(0, chosen), value))
     return out
 
 
-def _where_chosen(out: torch.Tensor, images: torch.Tensor, chosen: torch.Tensor,
-                  op: Callable[[torch.Tensor, torch.Tensor | slice], torch.Tensor], grouped: bool) -> torch.Tensor:
-    """``out`` with the images where ``chosen`` replaced by ``op`` of the step's input ``images``."""
-    if grouped:  # on the CPU: compute only the chosen images
-        index = chosen.nonzero().squeeze(1)
-        if index.numel():
-            out.index_copy_(0, index, op(images.index_select(0, index), index))
-        return out
-    return torch.where(chosen.view(-1, 1, 1, 1), op(images, slice(None)), out)
+def _masked_step(images: torch.Tensor, names: Sequence[str], choice: torch.Tensor, scale: _Scale) -> torch.Tensor:
+    """Every op on every image, each image keeping its own choice: nothing is read back on the host."""
+    n, _, h, w = images.shape
+    out = images
+    geometric = [k for k, name in enumerate(names) if name in _AFFINE]
+    if geometric:
+        matrices = torch.eye(2, 3, device=images.device).expand(n, 2, 3)
+        wanted = torch.zeros(n, dtype=torch.bool, device=images.device)
+        for k in geometric:
+            kind = _matrices(names[k], _magnitude(names[k], scale, h, w), h, w).to(images.device)
+            matrices = torch.where((choice == k).view(n, 1, 1), kind, matrices)
+            wanted |= choice == k
+        out = torch.where(wanted.view(n, 1, 1, 1), affine(images, matrices), out)
+    for k, name in enumerate(names):
+        if name in _AFFINE:
+            continue
+        value = _magnitude(name, scale, h, w).to(images.device)
+        out = torch.where((choice == k).view(n, 1, 1, 1), _PIXEL_OPS[name](images, value), out)
+    return out
 
 
 # --- mixing weights for AugMix --------------------------------------------------------------------
