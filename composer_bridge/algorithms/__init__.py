@@ -33,6 +33,8 @@ from composer_bridge.algorithms.sam import SAM
 from composer_bridge.algorithms.selective_backprop import SelectiveBackprop
 from composer_bridge.algorithms.seq_length_warmup import SeqLengthWarmup
 from composer_bridge.algorithms.squeeze_excite import SqueezeExcite
+from composer_bridge.algorithms.squeeze_excite import SqueezeExcite2d as SqueezeExcite2d
+from composer_bridge.algorithms.squeeze_excite import SqueezeExciteConv2d as SqueezeExciteConv2d
 from composer_bridge.algorithms.stochastic_depth import StochasticDepth
 from composer_bridge.algorithms.swa import SWA
 from composer_bridge.algorithms.weight_standardization import WeightStandardization

@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import copy
 from typing import TYPE_CHECKING
 
 import torch
@@ -74,11 +75,39 @@ def blurmax_pool2d(
 class BlurConv2d(nn.Module):
     """A blur followed by ``conv`` (``blur_first=True``), or ``conv`` at stride 1 followed by a strided blur.
 
-    ``conv`` is the original module (its parameters are kept, so optimizers stay valid).
+    Built around an existing convolution, ``BlurConv2d(conv, blur_first=True)`` (the surgery's
+    form: ``conv`` is kept, with its parameters, so optimizers stay valid), or from Composer's
+    arguments, ``BlurConv2d(in_channels, out_channels, kernel_size, stride, padding, dilation,
+    groups, bias, blur_first)``, which builds a fresh convolution. :meth:`from_conv2d` copies an
+    existing convolution (Composer's conversion; the original is left untouched).
+
+    Example:
+        >>> import torch
+        >>> conv = torch.nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        >>> blurred = BlurConv2d.from_conv2d(conv)
+        >>> blurred(torch.randn(1, 3, 8, 8)).shape, torch.equal(blurred.conv.weight, conv.weight)
+        (torch.Size([1, 8, 4, 4]), True)
+        >>> BlurConv2d(3, 8, 3, stride=2, padding=1).conv.stride
+        (2, 2)
     """
 
-    def __init__(self, conv: nn.Conv2d, blur_first: bool = True) -> None:
+    def __init__(
+        self,
+        conv: nn.Conv2d | int,
+        out_channels: int | None = None,
+        kernel_size: int | tuple[int, int] | None = None,
+        stride: int | tuple[int, int] | None = None,
+        padding: int | tuple[int, int] = 0,
+        dilation: int | tuple[int, int] = 1,
+        groups: int = 1,
+        bias: bool = True,
+        blur_first: bool = True,
+    ) -> None:
         super().__init__()
+        if isinstance(out_channels, bool):  # BlurConv2d(conv, False): the surgery's positional blur_first
+            blur_first, out_channels = out_channels, None
+        if not isinstance(conv, nn.Conv2d):
+            conv = self._new_conv(conv, out_channels, kernel_size, stride, padding, dilation, groups, bias, blur_first)
         self.blur_first = blur_first
         self.stride = _pair(conv.stride)
         if not blur_first:
@@ -86,6 +115,35 @@ class BlurConv2d(nn.Module):
         self.conv = conv
         channels = conv.in_channels if blur_first else conv.out_channels
         self.register_buffer("blur_filter", _binomial_filter(channels), persistent=False)
+
+    @staticmethod
+    def _new_conv(
+        in_channels: object, out_channels: int | None, kernel_size: int | tuple[int, int] | None,
+        stride: int | tuple[int, int] | None, padding: int | tuple[int, int], dilation: int | tuple[int, int],
+        groups: int, bias: bool, blur_first: bool,
+    ) -> nn.Conv2d:
+        if isinstance(in_channels, bool) or not isinstance(in_channels, int) or out_channels is None or kernel_size is None:
+            raise TypeError(
+                f"BlurConv2d takes an nn.Conv2d to wrap, or in_channels, out_channels and kernel_size (Composer's "
+                f"arguments); got {type(in_channels).__name__}, out_channels={out_channels!r}, "
+                f"kernel_size={kernel_size!r}."
+            )
+        if stride is None:
+            if blur_first:
+                raise ValueError("BlurConv2d(stride=None, blur_first=True): give the convolution's stride.")
+            stride = kernel_size  # Composer: the blur then strides by the kernel size
+        return nn.Conv2d(in_channels, out_channels, kernel_size, stride=stride, padding=padding, dilation=dilation,
+                         groups=groups, bias=bias)
+
+    @classmethod
+    def from_conv2d(cls, module: nn.Conv2d, module_index: int = -1, blur_first: bool = True) -> BlurConv2d:
+        """A blurred copy of ``module`` (same weights; ``module`` itself is not changed).
+
+        ``module_index`` is accepted for Composer's signature and unused.
+        """
+        if not isinstance(module, nn.Conv2d):
+            raise TypeError(f"BlurConv2d.from_conv2d needs an nn.Conv2d, got {type(module).__name__}.")
+        return cls(copy.deepcopy(module), blur_first=blur_first)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.blur_first:

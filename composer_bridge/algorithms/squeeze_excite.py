@@ -14,7 +14,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -36,7 +36,14 @@ class SqueezeExcite2d(nn.Module):
 
     Args:
         num_features: channels of the input.
-        latent_channels: hidden width of the MLP; below 1 it is a fraction of ``num_features``.
+        latent_channels: hidden width of the MLP; below 1 it is a fraction of ``num_features``
+            (at least 1; Composer's would be 0 for tiny fractions).
+
+    Example:
+        >>> import torch
+        >>> block = SqueezeExcite2d(16, latent_channels=0.25)
+        >>> block(torch.randn(2, 16, 4, 4)).shape, block.fc1.out_features
+        (torch.Size([2, 16, 4, 4]), 4)
     """
 
     def __init__(self, num_features: int, latent_channels: float = 0.125) -> None:
@@ -51,12 +58,40 @@ class SqueezeExcite2d(nn.Module):
 
 
 class SqueezeExciteConv2d(nn.Module):
-    """The original convolution followed by a :class:`SqueezeExcite2d` block."""
+    """A convolution followed by a :class:`SqueezeExcite2d` block.
 
-    def __init__(self, conv: nn.Conv2d, latent_channels: float = 0.125) -> None:
+    ``SqueezeExciteConv2d(conv, latent_channels)`` wraps an existing convolution (kept with its
+    parameters); as in Composer, ``SqueezeExciteConv2d(conv=conv, latent_channels=...)`` does the
+    same, and ``SqueezeExciteConv2d(in_channels, out_channels, kernel_size, ..., latent_channels=...)``
+    builds a fresh ``nn.Conv2d`` from its arguments.
+
+    Example:
+        >>> import torch
+        >>> layer = SqueezeExciteConv2d(3, 16, 3, padding=1, latent_channels=4)
+        >>> layer(torch.randn(2, 3, 8, 8)).shape, layer.se.latent_channels
+        (torch.Size([2, 16, 8, 8]), 4)
+    """
+
+    def __init__(self, *args: Any, latent_channels: float = 0.125, conv: nn.Conv2d | None = None, **kwargs: Any) -> None:
         super().__init__()
+        if conv is None and args and isinstance(args[0], nn.Conv2d):  # SqueezeExciteConv2d(conv[, latent_channels])
+            conv, rest = args[0], args[1:]
+            if len(rest) > 1 or kwargs:
+                raise TypeError("SqueezeExciteConv2d(conv, latent_channels) takes no other arguments.")
+            if rest:
+                latent_channels = rest[0]
+            args = ()
+        if conv is None:
+            conv = nn.Conv2d(*args, **kwargs)
+        elif args or kwargs:
+            raise TypeError("SqueezeExciteConv2d: give conv=... or the nn.Conv2d arguments, not both.")
         self.conv = conv
         self.se = SqueezeExcite2d(conv.out_channels, latent_channels)
+
+    @staticmethod
+    def from_conv2d(module: nn.Conv2d, module_index: int = -1, latent_channels: float = 0.125) -> SqueezeExciteConv2d:
+        """``module`` followed by a new block (Composer's conversion; ``module_index`` is unused)."""
+        return SqueezeExciteConv2d(conv=module, latent_channels=latent_channels)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.se(self.conv(x))

@@ -88,3 +88,32 @@ def test_algorithm_is_a_unique_required_surgery_whose_repr_evaluates_back() -> N
     algorithm = BlurPool(blur_first=False, min_channels=4)
     assert eval(repr(algorithm)) == algorithm
     assert BlurPool.required_on_load() and BlurPool.unique
+
+
+def test_from_conv2d_blurs_a_copy_and_leaves_the_original_alone() -> None:
+    torch.manual_seed(0)
+    conv = nn.Conv2d(4, 6, 3, stride=2, padding=1)
+    x = torch.randn(2, 4, 10, 10)
+    blurred = BlurConv2d.from_conv2d(conv, 0)  # Composer's (module, module_index, blur_first)
+    torch.testing.assert_close(blurred(x), F.conv2d(blur_by_hand(x), conv.weight, conv.bias, stride=2, padding=1))
+    assert blurred.conv is not conv and blurred.conv.weight is not conv.weight
+    after = BlurConv2d.from_conv2d(conv, blur_first=False)
+    assert conv.stride == (2, 2), "the original keeps its stride"
+    expected = blur_by_hand(F.conv2d(x, conv.weight, conv.bias, padding=1))[:, :, ::2, ::2]
+    torch.testing.assert_close(after(x), expected)
+    with pytest.raises(TypeError, match="needs an nn.Conv2d"):
+        BlurConv2d.from_conv2d(nn.Linear(2, 2))
+
+
+def test_composers_constructor_arguments_build_a_fresh_convolution() -> None:
+    layer = BlurConv2d(4, 6, 3, stride=2, padding=1, groups=2, bias=False)
+    assert (layer.conv.in_channels, layer.conv.out_channels, layer.conv.kernel_size) == (4, 6, (3, 3))
+    assert layer.conv.stride == (2, 2) and layer.conv.groups == 2 and layer.conv.bias is None and layer.blur_first
+    x = torch.randn(1, 4, 8, 8)
+    torch.testing.assert_close(layer(x), F.conv2d(blur_by_hand(x), layer.conv.weight, stride=2, padding=1, groups=2))
+    late = BlurConv2d(4, 6, 2, blur_first=False)  # no stride: Composer's blur then strides by the kernel size
+    assert late.conv.stride == (1, 1) and late.stride == (2, 2)
+    with pytest.raises(ValueError, match="stride=None, blur_first=True"):
+        BlurConv2d(4, 6, 3)
+    with pytest.raises(TypeError, match="in_channels, out_channels and kernel_size"):
+        BlurConv2d(4)

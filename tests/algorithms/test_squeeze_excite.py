@@ -58,3 +58,23 @@ def test_bad_arguments_are_named_and_repr_evaluates_back() -> None:
         SqueezeExcite(min_channels=-3)
     algorithm = SqueezeExcite(latent_channels=0.5, min_channels=16)
     assert eval(repr(algorithm)) == algorithm and SqueezeExcite.required_on_load() and SqueezeExcite.unique
+
+
+def test_the_blocks_are_exported_and_take_composers_arguments() -> None:
+    from composer_bridge.algorithms import SqueezeExcite2d as Exported2d
+    from composer_bridge.algorithms import SqueezeExciteConv2d as ExportedConv2d
+
+    torch.manual_seed(0)
+    assert ExportedConv2d is SqueezeExciteConv2d
+    conv = nn.Conv2d(3, 16, 3)
+    for layer in (ExportedConv2d(conv=conv, latent_channels=4), ExportedConv2d.from_conv2d(conv, 0, latent_channels=4),
+                  ExportedConv2d(conv, 4)):
+        assert layer.conv is conv and layer.se.fc1.out_features == 4
+    built = ExportedConv2d(3, 16, 3, padding=1, latent_channels=0.5)
+    assert built.conv.padding == (1, 1) and built.conv.out_channels == 16 and built.se.latent_channels == 8
+    block = Exported2d(16, latent_channels=0.25)
+    x = torch.randn(2, 16, 5, 5)
+    gate = torch.sigmoid(torch.relu(x.mean(dim=(2, 3)) @ block.fc1.weight.T) @ block.fc2.weight.T)
+    torch.testing.assert_close(block(x), x * gate[:, :, None, None])
+    with pytest.raises(TypeError, match="not both"):
+        ExportedConv2d(3, 16, 3, conv=conv)
