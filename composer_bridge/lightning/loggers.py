@@ -1,8 +1,10 @@
 """Engine logger destinations that write to the Trainer's Lightning loggers.
 
 Algorithms log through the engine :class:`~composer_bridge.core.logger.Logger`
-(``logger.log_metrics({"BlurPool/num_replaced": 3})``); this destination forwards those calls to
-every logger the Trainer has (CSV, TensorBoard, W&B, ...), on rank zero only.
+(``logger.log_metrics({"BlurPool/num_replaced": 3})``, and Composer's surgery counts with
+``logger.log_hyperparameters({"GhostBatchNorm/num_new_modules": 5})``); this destination
+forwards those calls to every logger the Trainer has (CSV, TensorBoard, W&B, ...:
+``log_metrics`` and ``log_hyperparams``), on rank zero only, as Lightning does.
 """
 
 from __future__ import annotations
@@ -42,7 +44,9 @@ class LightningLoggers(LoggerDestination):
             logger.log_metrics(numbers, step=step)
 
     def log_hyperparameters(self, hyperparameters: dict[str, Any]) -> None:
-        if not self.trainer.is_global_zero:
+        """Forward to every logger's ``log_hyperparams`` (Composer's algorithms log surgery counts so)."""
+        if not self.trainer.is_global_zero or not self.trainer.loggers:
             return
+        values = {k: _to_number(v) for k, v in hyperparameters.items()}
         for logger in self.trainer.loggers:
-            logger.log_hyperparams(hyperparameters)
+            logger.log_hyperparams(values)

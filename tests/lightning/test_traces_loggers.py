@@ -9,6 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import torch
 from lightning.pytorch.loggers import CSVLogger
 from support import image_loader, quiet_trainer, tiny_classifier
 
@@ -208,3 +209,40 @@ def test_the_trace_store_is_the_core_one_re_exported() -> None:
     from composer_bridge.core.trace_store import TraceStore as CoreTraceStore
 
     assert TraceStore is CoreTraceStore and AlgorithmEngineCallback([]).traces.__class__ is CoreTraceStore
+
+
+def test_surgery_counts_reach_a_csv_loggers_hparams_under_composers_keys(tmp_path) -> None:
+    import yaml
+
+    from composer_bridge.algorithms import GhostBatchNorm, WeightStandardization
+
+    model = tiny_classifier()
+    batch_norms = sum(isinstance(m, torch.nn.BatchNorm2d) for m in model.modules())
+    convs = sum(isinstance(m, torch.nn.Conv2d) for m in model.modules())
+    callback = AlgorithmEngineCallback([GhostBatchNorm(ghost_batch_size=4), WeightStandardization()])
+    trainer = quiet_trainer(logger=CSVLogger(tmp_path, name="run"), limit_train_batches=1, callbacks=[callback])
+    trainer.fit(model, image_loader(n=8, batch_size=8))
+    hparams = yaml.safe_load(Path(trainer.logger.log_dir, "hparams.yaml").read_text())
+    assert hparams["GhostBatchNorm/num_new_modules"] == batch_norms > 0
+    assert hparams["WeightStandardization/num_weights_standardized"] == convs > 0
+
+
+class _RecordingLogger:
+    def __init__(self) -> None:
+        self.hparams: list[dict] = []
+
+    def log_hyperparams(self, params) -> None:
+        self.hparams.append(dict(params))
+
+
+@pytest.mark.parametrize("global_zero", [True, False])
+def test_engine_hyperparameters_go_to_the_lightning_loggers_on_rank_zero_only(global_zero) -> None:
+    from types import SimpleNamespace
+
+    from composer_bridge.core.logger import Logger
+    from composer_bridge.lightning.loggers import LightningLoggers
+
+    recording = _RecordingLogger()
+    trainer = SimpleNamespace(is_global_zero=global_zero, loggers=[recording])
+    Logger([LightningLoggers(trainer)]).log_hyperparameters({"blurpool/num_blurpool_layers": torch.tensor(3)})
+    assert recording.hparams == ([{"blurpool/num_blurpool_layers": 3}] if global_zero else [])
