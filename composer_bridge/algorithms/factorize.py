@@ -326,8 +326,8 @@ def _check(factorize_convs: bool, factorize_linears: bool, min_channels: int, la
         if not isinstance(value, bool):
             raise TypeError(f"Factorize({name}={value!r}): must be True or False.")
     for name, value in (("min_channels", min_channels), ("min_features", min_features)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"Factorize({name}={value!r}): must be an int >= 1.")
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"Factorize({name}={value!r}): must be an int >= 0 (0: no minimum width).")
     for name, value in (("latent_channels", latent_channels), ("latent_features", latent_features)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0 or (value >= 1 and value != int(value)):
             raise ValueError(

@@ -62,7 +62,8 @@ class GyroDropoutLayer(nn.Module):
         max_epoch: epochs of training.
         p: drop probability of each feature in a mask (kept features are scaled by ``1 / (1 - p)``).
         sigma: masks drawn in total.
-        tau: masks active at once (the batch is split between them in consecutive groups).
+        tau: masks active at once (the batch is split between them in consecutive groups); they are
+            drawn with replacement, as in Composer, so ``tau`` may exceed ``sigma``.
         period: training steps between re-selections, instead of ``iters_per_epoch``/``max_epoch``
             (default 1 when neither is given).
         seed: seed of the masks and of their selection.
@@ -145,8 +146,6 @@ def _check(p: float, sigma: int, tau: int, where: str = "GyroDropout") -> None:
     for name, value in (("sigma", sigma), ("tau", tau)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{where}({name}={value!r}): must be an int >= 1.")
-    if tau > sigma:
-        raise ValueError(f"{where}(tau={tau}, sigma={sigma}): tau (active masks) cannot exceed sigma (all masks).")
 
 
 def _check_run_length(iters_per_epoch: object, max_epoch: object, where: str) -> None:

@@ -83,8 +83,9 @@ def test_tied_weights_and_attention_projections_are_left_alone_and_twice_equals_
 def test_bad_arguments_are_named_and_repr_evaluates_back() -> None:
     with pytest.raises(ValueError, match="latent_channels=1.5"):
         Factorize(latent_channels=1.5)
-    with pytest.raises(ValueError, match="min_features=0"):
-        Factorize(min_features=0)
+    with pytest.raises(ValueError, match=r"min_features=-1\).*>= 0"):
+        Factorize(min_features=-1)
+    assert Factorize(min_channels=0, min_features=0).min_features == 0  # Composer accepts 0: no minimum
     with pytest.raises(ValueError, match=r"latent_features=9\).*between 1 and 4"):
         FactorizedLinear(12, 7, latent_features=9)
     algorithm = Factorize(factorize_convs=False, min_features=32, latent_features=0.5)
