@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from composer_bridge.core.event import Event
+from composer_bridge.core.trace import algorithm_labels
 
 __all__ = [
     "CONFIG_KEY",
@@ -92,8 +93,8 @@ def wandb_run_config(
 ) -> dict[str, Any]:
     """The run config: ``{"algorithms": {name: hparams}, "passes": [...], "algorithm_order": {EVENT: [...]}}``.
 
-    Hyper-parameters that are not plain data are recorded as their ``repr``; a second instance
-    of the same class is named ``Name#2``.
+    Hyper-parameters that are not plain data are recorded as their ``repr``; each algorithm is
+    named by its trace label (a second instance of a class is ``Name#2``, as in its trace keys).
 
     Example:
         >>> from composer_bridge.core.passes import DEFAULT_PASSES
@@ -101,14 +102,9 @@ def wandb_run_config(
         'set_filo_order'
     """
     named: dict[str, Any] = {}
-    for algorithm in algorithms:
-        name = type(algorithm).__name__
-        unique_name, n = name, 1
-        while unique_name in named:
-            n += 1
-            unique_name = f"{name}#{n}"
+    for algorithm, label in zip(algorithms, algorithm_labels(algorithms), strict=True):
         hparams = algorithm.hparams() if hasattr(algorithm, "hparams") else {}
-        named[unique_name] = _json_safe(hparams)
+        named[label] = _json_safe(hparams)
     return {
         "algorithms": named,
         "passes": [_pass_name(p) for p in passes],

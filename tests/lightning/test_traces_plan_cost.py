@@ -245,6 +245,22 @@ def test_cost_calls_add_up_exactly_over_two_fits_with_the_same_callback() -> Non
     assert expected["Smoother/BATCH_END"] == 12 and expected["Evaluator/EVAL_START"] == 1  # 8 + 4 steps; validate
 
 
+def test_two_instances_of_one_class_keep_their_own_cost_traces_and_report_rows() -> None:
+    first, second = Smoother(("BATCH_END",)), Smoother(("BATCH_END", "EPOCH_END"))
+    callback = AlgorithmEngineCallback([first, second])
+    _fit(callback, epochs=1)
+    assert {key: entry[0] for key, entry in callback.cost.items()} == {
+        "Smoother/BATCH_END": 4, "Smoother#2/BATCH_END": 4, "Smoother#2/EPOCH_END": 1
+    }
+    assert callback.traces.stats["Smoother#2/EPOCH_END"].count == 1 and "Smoother/EPOCH_END" not in callback.traces.stats
+    report = callback.cost_report()
+    assert set(report.by_algorithm()) == {"Smoother", "Smoother#2"}
+    assert [(r.algorithm, r.event, r.calls) for r in report.rows if r.algorithm == "Smoother#2"] == [
+        ("Smoother#2", "BATCH_END", 4), ("Smoother#2", "EPOCH_END", 1), ("Smoother#2", "(all events)", 5)
+    ]
+    assert callback.plan().orders[Event.EPOCH_END] == ["Smoother#2"]
+
+
 def test_cost_report_says_when_measuring_is_off() -> None:
     callback = AlgorithmEngineCallback([Smoother(("BATCH_END",))], measure_cost=False)
     _fit(callback, epochs=1)
