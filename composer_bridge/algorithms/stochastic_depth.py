@@ -112,6 +112,10 @@ class StochasticBlock(nn.Module):
     def _activate(self, x: torch.Tensor) -> torch.Tensor:
         return x if self.activation_name is None else getattr(self.block, self.activation_name)(x)
 
+    def _dropped(self, identity: torch.Tensor) -> torch.Tensor:
+        """The output when the whole branch is skipped."""
+        return self._activate(identity)
+
     def _uniform(self, size: tuple[int, ...], device: torch.device) -> torch.Tensor:
         if self.generator is None:
             return torch.rand(size, device=device)
@@ -124,7 +128,7 @@ class StochasticBlock(nn.Module):
             return activation(branch(x) * (1.0 - self.drop_rate) + identity)
         if self.stochastic_method == "block":
             if self.drop_rate > 0 and bool(self._uniform((), torch.device("cpu")) < self.drop_rate):
-                return activation(identity)
+                return self._dropped(identity)
             return activation(branch(x) + identity)
         out = branch(x)
         if self.drop_rate > 0:
@@ -157,6 +161,10 @@ class TorchvisionStyleStochasticBlock(StochasticBlock):
     def _identity(self, x: torch.Tensor) -> torch.Tensor:
         downsample = self.block.downsample
         return x if downsample is None else downsample(x)
+
+    def _dropped(self, identity: torch.Tensor) -> torch.Tensor:
+        # Composer's stochastic Bottleneck: the input itself, or relu(downsample(x)) with a projection.
+        return identity if self.block.downsample is None else self.block.relu(identity)
 
 
 def _torchvision_style(depth: int) -> Callable[[nn.Module], bool]:

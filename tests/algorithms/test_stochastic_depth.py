@@ -247,3 +247,16 @@ def test_a_module_named_like_a_torchvision_block_but_laid_out_differently_is_lef
 
     with pytest.warns(NoEffectWarning):
         assert apply_stochastic_depth(nn.Sequential(Bottleneck()), "Bottleneck") == 0
+
+
+def test_a_dropped_torchvision_block_passes_its_input_through_as_composers_does() -> None:
+    model = torchvision_style_resnet().train()
+    apply_stochastic_depth(model, "Bottleneck", drop_rate=1.0, drop_distribution="uniform")
+    x = torch.randn(2, 16, 4, 4)  # negative values too: no activation on the identity path
+    assert model[4](x) is x
+    y = torch.randn(2, 8, 8, 8)
+    torch.testing.assert_close(model[3](y), torch.relu(model[3].block.downsample(y)))
+    kept = torchvision_style_resnet().train()
+    reference = copy.deepcopy(kept)
+    apply_stochastic_depth(kept, "Bottleneck", drop_rate=0.0)
+    torch.testing.assert_close(kept[4](x), reference[4](x.clone()))
