@@ -62,7 +62,9 @@ log = logging.getLogger(__name__)
 # receives one hook per step (on_train_batch_end, which keeps the step clock).
 _UNUSED_STEP_HOOKS = ("on_before_zero_grad", "on_before_backward")
 _EVENT_ONLY_STEP_HOOKS = ("on_train_batch_start", "on_after_backward", "on_before_optimizer_step")
-_RUNTIME = ("state", "engine", "_trainer", "_hooks", "_initialized_model", "_run_event", "_clock", "logger", "_reporting")
+# Lightning binds the module's log/log_dict onto every callback: they belong to the run, not to a copy.
+_RUNTIME = ("state", "engine", "_trainer", "_hooks", "_initialized_model", "_run_event", "_clock", "logger", "_reporting",
+            "log", "log_dict")
 
 
 class AlgorithmEngineCallback(L.Callback):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import warnings
 from collections import Counter
+from typing import Any
 
 import pytest
 from support import image_loader, quiet_trainer, tiny_classifier
@@ -87,9 +88,9 @@ def _algorithms() -> list[Recorder]:
     ]
 
 
-def _fit(callback: AlgorithmEngineCallback, epochs: int = 2) -> None:
+def _fit(callback: AlgorithmEngineCallback, epochs: int = 2, model: Any = None) -> None:
     trainer = quiet_trainer(max_epochs=epochs, callbacks=[callback])
-    trainer.fit(tiny_classifier(), image_loader(n=32, batch_size=8))  # 4 steps per epoch
+    trainer.fit(model if model is not None else tiny_classifier(), image_loader(n=32, batch_size=8))  # 4 steps per epoch
 
 
 def test_plan_lists_the_orders_the_run_then_used(caplog: pytest.LogCaptureFixture) -> None:
@@ -232,12 +233,13 @@ class Evaluator(Recorder):
 
 
 def test_cost_calls_add_up_exactly_over_two_fits_with_the_same_callback() -> None:
-    """Each fit has its own engine; the callback's cost keeps both, call for call."""
+    """Each fit of one model has its own engine; the callback's cost keeps them all, call for call."""
     algorithms = [*_algorithms(), Evaluator(("EVAL_START",))]
     callback = AlgorithmEngineCallback(algorithms)
-    _fit(callback, epochs=2)
-    quiet_trainer(callbacks=[callback]).validate(tiny_classifier(), image_loader(n=16, batch_size=8))
-    _fit(callback, epochs=1)
+    model = tiny_classifier()
+    _fit(callback, epochs=2, model=model)
+    quiet_trainer(callbacks=[callback]).validate(model, image_loader(n=16, batch_size=8))
+    _fit(callback, epochs=1, model=model)
     expected = {
         f"{type(a).__name__}/{event}": calls for a in algorithms for event, calls in a.calls.items()
     }
