@@ -12,7 +12,7 @@ imported here.
 
 Run::
 
-    .venv/bin/python benchmarks/engine_dispatch.py
+    .venv/bin/python benchmarks/engine_dispatch.py            # --quick for a smoke run
 """
 
 from __future__ import annotations
@@ -177,7 +177,10 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=2000, help="steps per run (Composer: a tenth of it)")
     parser.add_argument("--runs", type=int, default=9, help="runs per measurement (the median is reported)")
     parser.add_argument("--no-composer", action="store_true", help="leave Composer out")
+    parser.add_argument("--quick", action="store_true", help="smoke run: N = 0 and 16, 200 steps x 3 runs")
     args = parser.parse_args()
+    if args.quick:
+        args.counts, args.reps, args.runs = [0, 16], 200, 3
     torch.set_num_threads(1)
 
     import ignite
