@@ -1,7 +1,9 @@
 """The cost report: how much wall time each algorithm spent in ``apply``, per event.
 
 The engine (with ``measure_cost=True``, the callback's default) adds up every ``apply`` call into
-``engine.cost`` / ``callback.cost``: ``"<Algorithm>/<EVENT>"`` → ``[calls, seconds]``.
+``engine.cost`` / ``callback.cost``: ``"<label>/<EVENT>"`` → ``[calls, seconds]``, where the label
+is the algorithm's class name (``Name#2``, ``Name#3``... for further instances of a class, so each
+instance has its own rows).
 :func:`cost_report` turns that into a table you can print, with each algorithm's share of the
 training time when it is known, so you can see whether an algorithm pays for itself.
 
@@ -61,7 +63,7 @@ class CostReport:
     note: str = ""
 
     def by_algorithm(self) -> dict[str, float]:
-        """Seconds in ``apply`` per algorithm, all events together."""
+        """Seconds in ``apply`` per algorithm (per label: each instance apart), all events together."""
         totals: dict[str, float] = {}
         for row in self.rows:
             if row.event != "(all events)":
@@ -107,7 +109,7 @@ class CostReport:
 def cost_report(
     cost: Mapping[str, Sequence[float]], train_seconds: float | None = None, note: str = ""
 ) -> CostReport:
-    """Build a :class:`CostReport` from an engine cost table (``"<Algorithm>/<EVENT>"`` → ``[calls, seconds]``).
+    """Build a :class:`CostReport` from an engine cost table (``"<label>/<EVENT>"`` → ``[calls, seconds]``).
 
     Rows are grouped by algorithm (in the order they first appear), events in the order they
     fire, each algorithm followed by its ``(all events)`` total when it ran at several events.
