@@ -1,22 +1,30 @@
-"""The main demo: the same small ResNet on scikit-learn's digits, trained twice with the same seed.
+"""The main demo: does a Composer recipe reach the baseline's quality sooner? Three seeds, several run lengths.
 
-    python examples/demo.py                  # baseline vs. the "mild" recipe, W&B offline
-    python examples/demo.py --recipe medium  # or "hot"
+    python examples/demo.py                  # about a minute on 2 CPU cores, W&B offline
+    python examples/demo.py --seeds 5        # more seeds (longer)
     python examples/demo.py --wandb-online   # log to your W&B account (after `wandb login`)
 
-Run 1 is a plain Lightning run; run 2 adds one callback, ``AlgorithmEngineCallback``, with a
-Composer recipe (``examples/vision.py`` says how it is adapted to 8x8 digits). Both validate
-after every epoch. The demo prints each run's accuracy and time, the speed-up to the baseline's
-accuracy (the baseline's training time divided by the time at which the recipe run first
-validated at the baseline's final accuracy or better), the callback's plan (which algorithm
-runs at which event, in which order) and its cost report (time spent inside each algorithm).
-It writes ``outputs/demo_accuracy.png`` (the two accuracy curves against training time) and
-logs both runs to W&B in offline mode under ``outputs/wandb`` (``wandb sync`` uploads them later).
+A speed-up claim from one run is a seed lottery, and one measured against a baseline budget
+longer than the task needs is no speed-up at all. So the demo does what
+``benchmarks/pareto.py`` does, smaller: it trains the baseline and a recipe at several run
+lengths (each run's whole schedule scaled to its length), for several seeds, and compares final
+quality against training time. For each seed the **strict speed-up** is the baseline's training
+time to its own best quality Q divided by the recipe's time to Q (interpolated between run
+lengths); a seed where the recipe never gets to Q is a failure.
 
-Training time leaves out validation; the first few steps of a throw-away run warm up PyTorch
-before anything is timed. The runs choose ``accelerator="auto"``: a GPU or TPU is used when
-present. On CPU it uses one PyTorch thread (``--threads``); on 2 CPU cores the demo takes
-about 30 seconds (a minute while other programs load the cores).
+1. **Language** (where the recipe wins): a character-level GPT on Python's standard-library
+   source; quality = validation bits per character. Recipe: ``recipes.language("gpt-fast")``
+   (ALiBi, SeqLengthWarmup, GatedLinearUnits, gradient clipping) training on sequences a quarter
+   as long (ALiBi's ``train_sequence_length_scaling=0.25``), evaluated at full length.
+2. **Vision** (where it does not, on this CPU): the digits ResNet with the ``mild`` recipe
+   scaled to each run's length (``recipes.vision("mild", total_steps=...)``). Its plan and cost
+   report are printed.
+
+Training time is the process's CPU time with validation left out (one torch thread: on shared
+cores it varies far less than wall time). The demo writes ``outputs/demo_language.png`` and
+``outputs/demo_accuracy.png`` (quality against training time, mean ± sd over seeds) and logs a
+baseline run and a recipe run to W&B in offline mode under ``outputs/wandb`` (``wandb sync``
+uploads them later). ``docs/benchmarks.md`` has the full benchmark behind these numbers.
 """
 
 from __future__ import annotations
@@ -24,154 +32,173 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import statistics
 import sys
 import time
 import warnings
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))  # benchmarks/pareto.py: the runs, speed-ups and plots
 
-import vision  # noqa: E402  (examples/vision.py: the training code shared with the benchmark)
+import pareto  # noqa: E402
 
-
-def make_logger(name: str, args: argparse.Namespace) -> Any:
-    """A WandbLogger (offline unless ``--wandb-online``), or no logger with ``--no-wandb``."""
-    if args.no_wandb:
-        return False
-    from lightning.pytorch.loggers import WandbLogger
-
-    save_dir = Path(args.out) / "wandb"
-    save_dir.mkdir(parents=True, exist_ok=True)
-    return WandbLogger(project="composer-bridge-demo", name=name, group=f"seed{args.seed}",
-                       save_dir=str(args.out), offline=not args.wandb_online)
+LANGUAGE_BUDGETS = (30, 60, 120)  # optimizer steps
+VISION_BUDGETS = (23, 46)  # optimizer steps (1 and 2 epochs of digits)
+LANGUAGE_RECIPE = "gpt-fast, short ALiBi"
 
 
-def finish_wandb(logger: Any) -> None:
-    if logger:
-        import wandb
-
-        wandb.finish()
+def language_recipe(total_steps: int) -> list[Any]:
+    """The language recipe of this demo, for a run of ``total_steps`` steps."""
+    return pareto.language_recipe("gpt-fast", alibi={"train_sequence_length_scaling": 0.25})(total_steps)
 
 
-def plot(baseline: vision.RunResult, recipe: vision.RunResult, reach: float | None, path: Path) -> None:
-    """Validation accuracy against training seconds for both runs: the whole range, and the last 5%."""
-    import matplotlib
+def run_grid(task: dict[str, Any], configs: dict[str, Any], budgets: list[int], seeds: list[int],
+             train: Any) -> tuple[list[pareto.Run], dict[str, Any]]:
+    """Every configuration at every budget for every seed, the configurations interleaved."""
+    runs, bridges = [], {}
+    for seed in seeds:
+        for budget in budgets:
+            for config, build in configs.items():
+                fit = train(config, build(budget), budget, seed)
+                runs.append(pareto.Run(task["name"], config, budget, seed, fit.quality, fit.cpu_s, fit.wall_s,
+                                       os.getloadavg()[0]))
+                if fit.bridge is not None:
+                    bridges[config] = fit.bridge
+                print(f"  {config:<22} {budget:>4} steps, seed {seed}: {task['quality']} {fit.quality:.4f} "
+                      f"after {fit.cpu_s:.1f} s of training", flush=True)
+    return runs, bridges
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), dpi=120)
-    for ax, low in zip(axes, (0.0, 0.95), strict=True):
-        for run, colour, label in ((baseline, "#7f7f7f", "baseline"), (recipe, "#d62728", f"recipe: {recipe.recipe}")):
-            xs = [0.0] + [p.seconds for p in run.points]
-            ys = [0.1] + [p.acc for p in run.points]
-            ax.plot(xs, ys, marker="o", markersize=3, color=colour, label=label)
-        ax.axhline(baseline.final_acc, color="#7f7f7f", linestyle=":", linewidth=1,
-                   label=f"baseline final accuracy ({baseline.final_acc:.4f})")
+def verdict(task: dict[str, Any], runs: list[pareto.Run], recipe: str) -> dict[str, Any]:
+    """Print the strict speed-up per seed and what it means; return the summary numbers."""
+    summary = pareto.summarise(task, runs).speedups[recipe]
+    per_seed = summary["per_seed"]
+    seeds_text = ", ".join("never reached Q" if s is None else f"{s:.2f}x" for s in per_seed)
+    print(f"  strict speed-up per seed: {seeds_text}")
+    mean = summary["mean"]
+    if summary["reached"] == len(per_seed) and mean is not None and min(per_seed) >= 1.0:
+        print(f"  VERDICT: the recipe reaches the baseline's best quality sooner on every seed: "
+              f"{mean:.2f}x on average (lowest seed {min(per_seed):.2f}x).")
+    elif summary["reached"] == 0:
+        print(f"  VERDICT: the recipe did not reach the baseline's best quality on any of the {len(per_seed)} seeds.")
+    else:
+        print(f"  VERDICT: mixed: the recipe reached the baseline's best quality on {summary['reached']} of "
+              f"{len(per_seed)} seeds; mean strict speed-up {mean:.2f}x (failures count as 0x).")
+    return summary
+
+
+def vision_lines(runs: list[pareto.Run], recipe: str) -> None:
+    """The per-seed comparison at the longest run length, in the words of a time-to-accuracy report."""
+    longest = max(r.budget for r in runs)
+    for seed in sorted({r.seed for r in runs}):
+        mine = {r.config: r for r in runs if r.seed == seed and r.budget == longest}
+        base, rec = mine["baseline"], mine[recipe]
+        curve = [(r.cpu_s, r.quality) for r in sorted((r for r in runs if r.seed == seed and r.config == recipe),
+                                                      key=lambda r: r.budget)]
+        reach = pareto.time_to_reach(curve, base.quality, higher_is_better=True)
         if reach is not None:
-            ax.axvline(reach, color="#d62728", linestyle="--", linewidth=1,
-                       label=f"recipe reaches it: {baseline.train_seconds / reach:.2f}x sooner")
-        ax.set_xlabel("training time (s, validation excluded)")
-        ax.set_ylim(low, 1.0 + (1.0 - low) * 0.02)
-        ax.grid(alpha=0.3)
-    axes[0].set_ylabel("validation accuracy")
-    axes[0].set_title("ResNetCNN on scikit-learn digits")
-    axes[1].set_title("the last 5%")
-    axes[1].legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+            print(f"  seed {seed}: Speed-up to the baseline's accuracy ({base.quality:.4f} after {base.cpu_s:.1f} s): "
+                  f"{base.cpu_s / reach:.2f}x")
+        else:
+            print(f"  seed {seed}: the recipe did not reach the baseline's final accuracy ({base.quality:.4f}) in "
+                  f"{longest} steps (it ended at {rec.quality:.4f})")
+
+
+def log_to_wandb(args: argparse.Namespace, runs: list[pareto.Run], summaries: dict[str, Any], pngs: list[Path]) -> None:
+    """Two W&B runs, the baseline's and the recipes', each with every (task, budget, seed) point."""
+    import wandb
+
+    for name in ("baseline", "recipe"):
+        run = wandb.init(project="composer-bridge-demo", name=name, dir=str(args.out), reinit="finish_previous",
+                         mode="online" if args.wandb_online else "offline",
+                         config={"seeds": args.seeds, "language_recipe": LANGUAGE_RECIPE, "vision_recipe": args.recipe})
+        mine = [r for r in runs if (r.config == "baseline") == (name == "baseline")]
+        for r in mine:
+            run.log({f"{r.task}/quality": r.quality, f"{r.task}/train_cpu_s": r.cpu_s, f"{r.task}/budget_steps": r.budget,
+                     "seed": r.seed})
+        if name == "recipe":
+            for task, summary in summaries.items():
+                run.summary[f"{task}/strict_speedup_mean"] = summary["mean"]
+                run.summary[f"{task}/seeds_reaching_Q"] = summary["reached"]
+            run.log({png.stem: wandb.Image(str(png)) for png in pngs})
+        run.finish()
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--recipe", choices=vision.RECIPES[1:], default="mild")
-    parser.add_argument("--max-epochs", type=int, default=12)
-    parser.add_argument("--max-steps", type=int, default=-1, help="stop each run after this many steps (tests)")
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--accelerator", default="auto")
+    parser.add_argument("--recipe", choices=("mild", "medium", "hot"), default="mild", help="the vision recipe")
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--max-steps", type=int, default=-1, help="cap every run at this many steps (tests)")
     parser.add_argument("--threads", type=int, default=1,
                         help="PyTorch CPU threads (default 1; 0 keeps PyTorch's default of one per core)")
-    parser.add_argument("--out", default="outputs", help="folder for the PNG and the W&B files")
+    parser.add_argument("--out", default="outputs", help="folder for the PNGs and the W&B files")
     parser.add_argument("--wandb-online", action="store_true", help="log to W&B online (needs `wandb login`)")
     parser.add_argument("--no-wandb", action="store_true", help="do not log to W&B at all")
-    parser.add_argument("--no-progress-bar", action="store_true")
+    parser.add_argument("--no-progress-bar", action="store_true", help="(kept for compatibility: no bars are shown)")
     args = parser.parse_args(argv)
 
     os.environ.setdefault("WANDB_SILENT", "true")
-    warnings.filterwarnings("ignore", ".*does not have many workers.*")
-    warnings.filterwarnings("ignore", ".*smaller than the logging interval.*")
-    warnings.filterwarnings("ignore", ".*LeafSpec.*")
-    logging.getLogger("lightning.pytorch.utilities.rank_zero").setLevel(logging.WARNING)
-    if args.threads > 0:
-        # This model is too small to gain much from more threads on CPU, and one thread keeps the
-        # timings steady when other programs share the cores (several threads then slow down a lot).
-        import torch
+    warnings.filterwarnings("ignore")
+    for name in ("lightning.pytorch", "lightning.fabric"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    import torch
 
+    if args.threads > 0:
         torch.set_num_threads(args.threads)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
+    seeds = list(range(args.seeds))
 
-    # Warm-up (not timed): the first steps of any process pay for PyTorch's lazy initialisation.
-    vision.train("none", max_steps=2, accelerator=args.accelerator, limit_val_batches=0)
+    def capped(budgets: tuple[int, ...]) -> list[int]:
+        return sorted({min(b, args.max_steps) if args.max_steps > 0 else b for b in budgets})
 
-    common = dict(seed=args.seed, max_epochs=args.max_epochs, max_steps=args.max_steps,
-                  batch_size=args.batch_size, accelerator=args.accelerator,
-                  enable_progress_bar=not args.no_progress_bar)
-    print(f"\n[1/2] baseline: ResNetCNN, {args.max_epochs} epochs, batch {args.batch_size}, seed {args.seed}")
-    logger = make_logger("baseline", args)
-    baseline = vision.train("none", logger=logger, **common)
-    finish_wandb(logger)
+    pareto.language_train("warm-up", [], 2, 0)  # the first steps of a process pay for lazy initialisation
+    language = {"name": "language", "quality": "bits/char", "higher_is_better": False, "unit": "steps"}
+    language_budgets = capped(LANGUAGE_BUDGETS)
+    print(f"\n[1/2] language: char-level GPT on the stdlib source, baseline vs {LANGUAGE_RECIPE!r}, "
+          f"{language_budgets} steps x {len(seeds)} seeds")
+    lang_runs, _ = run_grid(language, {"baseline": lambda steps: [], LANGUAGE_RECIPE: language_recipe},
+                            language_budgets, seeds, pareto.language_train)
 
-    algorithms = vision.recipe_algorithms(args.recipe)
-    print(f"\n[2/2] recipe {args.recipe!r}: " + ", ".join(type(a).__name__ for a in algorithms))
-    logger = make_logger(f"recipe-{args.recipe}", args)
-    recipe = vision.train(args.recipe, algorithms=algorithms, logger=logger, **common)
-    finish_wandb(logger)
+    vision = {"name": "vision", "quality": "accuracy", "higher_is_better": True, "unit": "steps"}
+    vision_budgets = capped(VISION_BUDGETS)
+    print(f"\n[2/2] vision: digits ResNet, baseline vs recipe {args.recipe} (scaled to each run's length), "
+          f"{vision_budgets} steps x {len(seeds)} seeds")
+    vis_runs, bridges = run_grid(vision, {"baseline": lambda steps: [], args.recipe: pareto.vision_recipe(args.recipe)},
+                                 vision_budgets, seeds, pareto.vision_train)
 
-    target = baseline.final_acc
-    reach = recipe.time_to_reach(target)
-    own = baseline.time_to_reach(target)
-    speedup = baseline.train_seconds / reach if reach else None
     print("\n" + "=" * 78)
-    print(f"{'run':<16}{'final val acc':>14}{'training s':>12}{'wall s':>9}")
-    for run, name in ((baseline, "baseline"), (recipe, f"recipe {args.recipe}")):
-        print(f"{name:<16}{run.final_acc:>14.4f}{run.train_seconds:>12.1f}{run.wall_seconds:>9.1f}")
-    print("-" * 78)
-    if reach is not None:
-        print(f"Speed-up to the baseline's accuracy ({target:.4f}): {speedup:.2f}x  "
-              f"(recipe reached it after {reach:.1f} s of training; the baseline trained {baseline.train_seconds:.1f} s)")
-        reach_cpu = recipe.time_to_reach(target, cpu=True)
-        if reach_cpu:
-            print(f"  By CPU time (steadier on a shared machine): {baseline.train_cpu_seconds / reach_cpu:.2f}x")
-        if own is not None and own < baseline.train_seconds:
-            print(f"  The baseline itself first validated at that accuracy after {own:.1f} s "
-                  f"({own / reach:.2f}x the recipe's time).")
-    else:
-        print(f"The recipe did not reach the baseline's final accuracy ({target:.4f}) in {args.max_epochs} epochs "
-              f"(it ended at {recipe.final_acc:.4f}).")
-    accuracy_change = recipe.final_acc - baseline.final_acc
-    print(f"Final accuracy, recipe minus baseline: {accuracy_change:+.4f}")
+    print("Language: validation bits per character (lower is better); Q = the baseline's best, per seed")
+    print(pareto.summarise(language, lang_runs).table.split("\n\n")[0])
+    summaries = {"language": verdict(language, lang_runs, LANGUAGE_RECIPE)}
+    print(f"\nVision: validation accuracy; baseline vs recipe {args.recipe}")
+    print(pareto.summarise(vision, vis_runs).table.split("\n\n")[0])
+    vision_lines(vis_runs, args.recipe)
+    summaries["vision"] = verdict(vision, vis_runs, args.recipe)
 
-    callback = recipe.callback
-    if callback is not None:
-        print("\nThe callback's plan (order of the algorithms at each event):")
-        print(callback.plan())
-        print("\nCost report (wall time inside each algorithm's apply):")
-        print(callback.cost_report())
+    bridge = bridges.get(args.recipe)
+    if bridge is not None:
+        print(f"\nThe callback's plan for recipe {args.recipe} (order of the algorithms at each event):")
+        print(bridge.plan())
+        print("\nCost report (wall time inside each algorithm's apply, last vision run):")
+        print(bridge.cost_report())
 
-    png = out / "demo_accuracy.png"
-    plot(baseline, recipe, reach, png)
-    print(f"\nAccuracy curves: {png}")
+    pngs = [out / "demo_language.png", out / "demo_accuracy.png"]
+    pareto.plot(language, lang_runs, pngs[0], {LANGUAGE_RECIPE: summaries["language"]})
+    pareto.plot(vision, vis_runs, pngs[1], {args.recipe: summaries["vision"]})
+    print(f"\nQuality against training time: {pngs[0]}, {pngs[1]}")
     if not args.no_wandb:
+        log_to_wandb(args, lang_runs + vis_runs, summaries, pngs)
         where = "online (see the run links above)" if args.wandb_online else \
             f"offline in {out / 'wandb'} (upload with: wandb sync {out / 'wandb'}/offline-run-*)"
         print(f"W&B runs: {where}")
-    print(f"Total demo time: {time.perf_counter() - started:.0f} s")
-    return {"baseline": baseline, "recipe": recipe, "speedup": speedup, "png": png}
+    loads = [r.load for r in lang_runs + vis_runs]
+    print(f"Total demo time: {time.perf_counter() - started:.0f} s (load average during the runs: "
+          f"{statistics.median(loads):.1f}; above 2 the 2 cores were shared with other programs)")
+    return {"language": lang_runs, "vision": vis_runs, "summaries": summaries, "pngs": pngs}
 
 
 if __name__ == "__main__":

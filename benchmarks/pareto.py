@@ -1,0 +1,607 @@
+"""Quality against training time over several run lengths: the baseline and each recipe, several seeds.
+
+MosaicML's way of showing a speed-up method: train the baseline and the recipe at several budgets
+(run lengths), each run with its whole schedule (learning rate, recipe schedules, EMA half-life)
+scaled to its budget, and plot final quality against training time. A recipe helps where its
+curve lies above (vision) or below (language) the baseline's.
+
+Two tasks on data that ships with the installed packages:
+
+- **vision**: ``ResNetCNN(widths=(16, 32))`` on scikit-learn's 8x8 digits (``examples/vision.py``'s
+  set-up, narrower: SGD, one-cycle learning rate, batch 64), budgets in optimizer steps from half an epoch (12 steps) to 8 epochs
+  (184 steps); quality = validation accuracy (360 images). The
+  recipes are ``recipes.vision(name, total_steps=...)`` with the image-size adjustments of
+  ``examples/vision.py`` (ProgressiveResizing from 6x6 in 2-pixel steps).
+- **language**: a character-level GPT on Python's standard-library source
+  (``examples/language.py``), budgets in optimizer steps; quality = validation bits per character
+  (lower is better), on the whole validation split at full context.
+
+For each seed, the **strict speed-up** of a recipe is: take the baseline's best quality Q over
+its budgets; the baseline's training time to reach Q on its own curve, divided by the recipe's
+time to reach Q on its curve (linear interpolation between budgets). A seed whose recipe never
+reaches Q is a failure and counts as 0x in the mean. The same figure is also computed on the
+seed-averaged curves. Training time leaves validation out; it is the process's CPU time (one
+torch thread; on a machine shared with other jobs it varies far less than wall time, which is
+recorded too). Runs are interleaved round-robin (every configuration of a (task, budget, seed)
+round in a shuffled order, tasks alternating) so a busy moment of the machine hits all alike, and
+the load average is recorded at every run.
+
+After the grid, the recipe with the best mean strict speed-up on each task is ablated: each of its
+algorithms left out in turn, at the middle budget, same seeds.
+
+    python benchmarks/pareto.py                 # full: ~20 min on 2 CPU cores
+    python benchmarks/pareto.py --quick         # ~2 min: 3 budgets, 2 seeds, fewer recipes
+    python benchmarks/pareto.py --tasks language --seeds 5
+    python benchmarks/pareto.py --replot outputs/pareto/runs.json   # tables and PNGs, no training
+
+Writes ``runs.json`` (every run, written as it goes), ``pareto_<task>.png`` and ``pareto.md``
+into ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import platform
+import random
+import statistics
+import sys
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "examples"))
+
+import language  # noqa: E402  (examples/language.py)
+import vision  # noqa: E402  (examples/vision.py)
+
+# --- what one run is ---------------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    """One training run of one configuration at one budget."""
+
+    task: str
+    config: str
+    budget: int
+    seed: int
+    quality: float
+    cpu_s: float  #: training CPU time of this process (validation excluded)
+    wall_s: float  #: training wall time (validation excluded)
+    load: float  #: 1-minute load average when the run started
+    ablation: bool = False
+
+
+@dataclass
+class Task:
+    """A task: its budgets, its configurations and how to train one run."""
+
+    name: str
+    unit: str  #: what a budget counts ("epochs", "steps")
+    quality: str  #: what the quality is
+    higher_is_better: bool
+    budgets: list[int]
+    #: configuration name → factory(total_steps) → algorithms
+    configs: dict[str, Callable[[int], list[Any]]]
+    train: Callable[[str, list[Any], int, int], Any] = field(repr=False)
+    steps_for: Callable[[int], int] = field(repr=False)
+
+
+def _names(algorithms: Sequence[Any]) -> list[str]:
+    return [type(a).__name__ for a in algorithms]
+
+
+# --- vision ------------------------------------------------------------------------------------
+
+#: Image-size adjustments for 8x8 digits (not run-length ones; see examples/vision.py).
+VISION_IMAGE_OVERRIDES: dict[str, Any] = {"progressive_resizing": {"initial_scale": 0.75, "size_increment": 2}}
+
+
+def vision_recipe(name: str) -> Callable[[int], list[Any]]:
+    from composer_bridge import recipes
+
+    def build(total_steps: int) -> list[Any]:
+        return recipes.vision(name, total_steps=total_steps, missing="drop", **VISION_IMAGE_OVERRIDES)
+
+    return build
+
+
+class Fit(NamedTuple):
+    """What one training run measured."""
+
+    quality: float  #: the validation metric after training
+    cpu_s: float  #: training CPU time of this process (the final validation left out)
+    wall_s: float  #: training wall time (the final validation left out)
+    bridge: Any  #: the run's AlgorithmEngineCallback (its plan and cost report), or None
+
+
+def _fit_and_validate(module: Any, loaders: tuple[Any, Any], algorithms: list[Any], steps: int, seed: int,
+                      metric: str) -> Fit:
+    """Train ``module`` for ``steps`` optimizer steps (no validation during training), then validate once."""
+    import lightning as L
+
+    from composer_bridge import AlgorithmEngineCallback
+
+    timeline = vision.AccuracyTimeline()
+    bridge = AlgorithmEngineCallback(algorithms, seed=seed) if algorithms else None
+    callbacks: list[Any] = [timeline] + ([bridge] if bridge is not None else [])
+    trainer = L.Trainer(max_steps=steps, max_epochs=-1, accelerator="cpu", devices=1, logger=False,
+                        callbacks=callbacks, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, num_sanity_val_steps=0)
+    trainer.fit(module, loaders[0])
+    metrics = trainer.validate(module, dataloaders=loaders[1], verbose=False)[0]
+    return Fit(float(metrics[metric]), timeline.train_cpu_seconds, timeline.train_seconds, bridge)
+
+
+VISION_WIDTHS = (16, 32)  # a quarter of the example's FLOPs: the benchmark must fit a shared 2-core machine
+
+
+def vision_module(total_steps: int, lr: float = 0.1) -> Any:
+    """examples/vision.py's classifier (SGD + Nesterov, one-cycle over ``total_steps``), narrower."""
+    from composer_bridge import ComposerClassifier
+    from composer_bridge.models import ResNetCNN
+
+    return ComposerClassifier(
+        ResNetCNN(num_classes=10, in_channels=1, widths=VISION_WIDTHS),
+        num_classes=10,
+        optimizer=lambda params: torch.optim.SGD(params, lr=lr, momentum=0.9, nesterov=True, weight_decay=5e-4),
+        scheduler=lambda opt: torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=total_steps,
+                                                                  pct_start=0.15),
+    )
+
+
+def vision_train(config: str, algorithms: list[Any], steps: int, seed: int) -> Fit:
+    """One digits run of ``steps`` optimizer steps (its whole schedule scaled to them)."""
+    import lightning as L
+
+    from composer_bridge.data import digits_loaders
+
+    L.seed_everything(seed, verbose=False)
+    loaders = digits_loaders(batch_size=64, seed=seed)
+    module = vision_module(steps)
+    return _fit_and_validate(module, loaders, algorithms, steps, seed, "val/acc")
+
+
+def vision_task(quick: bool) -> Task:
+    configs: dict[str, Callable[[int], list[Any]]] = {"baseline": lambda steps: []}
+    for name in (("mild",) if quick else ("mild", "medium")):
+        configs[name] = vision_recipe(name)
+    # From half an epoch (the baseline far from its best) to 8 epochs (where it has levelled off).
+    return Task(
+        name="vision", unit="steps", quality="validation accuracy", higher_is_better=True,
+        budgets=[12, 23, 46] if quick else [12, 23, 46, 92, 184],
+        configs=configs, train=vision_train, steps_for=lambda steps: steps,
+    )
+
+
+# --- language ----------------------------------------------------------------------------------
+
+LM_BLOCK, LM_BATCH, LM_D_MODEL, LM_LAYERS = 128, 4, 64, 2
+
+
+class _LanguageData:
+    """The loaders, built once (the text is read and encoded once per process)."""
+
+    loaders: dict[int, tuple[Any, Any]] = {}
+
+    @classmethod
+    def get(cls, seed: int) -> tuple[Any, Any]:
+        if seed not in cls.loaders:
+            cls.loaders[seed] = language.text_loaders(LM_BLOCK, LM_BATCH, seed)
+        return cls.loaders[seed]
+
+
+def language_train(config: str, algorithms: list[Any], steps: int, seed: int) -> Fit:
+    """One character-level GPT run of ``steps`` optimizer steps (its whole schedule scaled to them)."""
+    import lightning as L
+
+    from composer_bridge.models.gpt import GPT
+
+    L.seed_everything(seed, verbose=False)
+    gpt = GPT(vocab_size=language.VOCAB_SIZE, block_size=LM_BLOCK, d_model=LM_D_MODEL, n_layers=LM_LAYERS,
+              n_heads=4)
+    module = language.ComposerLanguageModel(gpt, total_steps=steps)
+    return _fit_and_validate(module, _LanguageData.get(seed), algorithms, steps, seed, "val/bits_per_char")
+
+
+def language_recipe(name: str, **overrides: Any) -> Callable[[int], list[Any]]:
+    from composer_bridge import recipes
+
+    def build(total_steps: int) -> list[Any]:
+        return recipes.language(name, max_seq_length=LM_BLOCK, total_steps=total_steps, missing="drop", **overrides)
+
+    return build
+
+
+def language_task(quick: bool) -> Task:
+    configs: dict[str, Callable[[int], list[Any]]] = {"baseline": lambda steps: []}
+    configs["gpt-fast"] = language_recipe("gpt-fast")
+    # ALiBi's speed-up: train on sequences a quarter as long (4x as many of them: same tokens per
+    # step), evaluate at full length.
+    configs["gpt-fast, short ALiBi"] = language_recipe("gpt-fast", alibi={"train_sequence_length_scaling": 0.25})
+    return Task(
+        name="language", unit="steps", quality="validation bits per character", higher_is_better=False,
+        budgets=[30, 60, 120] if quick else [30, 60, 120, 240],
+        configs=configs, train=language_train, steps_for=lambda steps: steps,
+    )
+
+
+# --- the measurements --------------------------------------------------------------------------
+
+
+def _curve(runs: list[Run]) -> list[tuple[float, float]]:
+    """(time, quality) points ordered by budget."""
+    return [(r.cpu_s, r.quality) for r in sorted(runs, key=lambda r: r.budget)]
+
+
+def time_to_reach(curve: list[tuple[float, float]], target: float, higher_is_better: bool) -> float | None:
+    """The first time the piecewise-linear curve through ``curve`` (time-ordered) reaches ``target``.
+
+    Starts at the first point (no extrapolation before it or after the last one); ``None`` if the
+    curve never gets there.
+
+    Example:
+        >>> round(time_to_reach([(1.0, 0.5), (3.0, 0.9)], 0.7, higher_is_better=True), 6)
+        2.0
+        >>> time_to_reach([(1.0, 0.5), (3.0, 0.9)], 0.95, higher_is_better=True) is None
+        True
+    """
+    sign = 1.0 if higher_is_better else -1.0
+    goal = sign * target
+    previous: tuple[float, float] | None = None
+    for t, q in curve:
+        if sign * q >= goal - 1e-12:
+            if previous is None or sign * previous[1] >= goal:
+                return t
+            t0, q0 = previous[0], sign * previous[1]
+            return t0 + (t - t0) * (goal - q0) / (sign * q - q0)
+        previous = (t, q)
+    return None
+
+
+def strict_speedup(base: list[tuple[float, float]], recipe: list[tuple[float, float]],
+                   higher_is_better: bool) -> tuple[float | None, float, float, float | None]:
+    """``(speed-up or None, Q, baseline's time to Q, recipe's time to Q)`` for one pair of curves.
+
+    Example:
+        >>> strict_speedup([(1, 0.8), (2, 0.9), (4, 0.95)], [(0.5, 0.85), (1, 0.93), (2, 0.97)], True)
+        (2.666667, 0.95, 4.0, 1.5)
+    """
+    best = max(q for _, q in base) if higher_is_better else min(q for _, q in base)
+    t_base = time_to_reach(base, best, higher_is_better)
+    assert t_base is not None
+    t_recipe = time_to_reach(recipe, best, higher_is_better)
+    speed = t_base / t_recipe if t_recipe else None
+    return (None if speed is None else round(speed, 6), best, t_base,
+            None if t_recipe is None else round(t_recipe, 6))
+
+
+def _mean_sd(values: Sequence[float], fmt: str) -> str:
+    if not values:
+        return "—"
+    if len(values) == 1:
+        return format(values[0], fmt)
+    return f"{format(statistics.mean(values), fmt)} ± {format(statistics.stdev(values), fmt)}"
+
+
+def _machine() -> str:
+    cpu = platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    return (f"{cpu}, {os.cpu_count()} logical CPUs, torch {torch.__version__}, {torch.get_num_threads()} "
+            f"torch thread(s), Python {platform.python_version()}")
+
+
+@dataclass
+class Summary:
+    """What the grid of one task shows."""
+
+    task: str
+    table: str
+    speedups: dict[str, dict[str, Any]]
+    best: str | None
+
+
+def summarise(task: Task | dict[str, Any], runs: list[Run]) -> Summary:
+    """The Markdown tables and strict speed-ups of one task's grid runs."""
+    name = task.name if isinstance(task, Task) else task["name"]
+    higher = task.higher_is_better if isinstance(task, Task) else task["higher_is_better"]
+    unit = task.unit if isinstance(task, Task) else task["unit"]
+    grid = [r for r in runs if r.task == name and not r.ablation]
+    configs = list(dict.fromkeys(r.config for r in grid))
+    budgets = sorted({r.budget for r in grid})
+    seeds = sorted({r.seed for r in grid})
+    fmt = ".4f" if higher else ".3f"
+
+    def runs_of(config: str, seed: int | None = None) -> list[Run]:
+        return [r for r in grid if r.config == config and (seed is None or r.seed == seed)]
+
+    lines = [f"| {unit} | " + " | ".join(configs) + " |", "|---|" + "---|" * len(configs)]
+    for budget in budgets:
+        cells = []
+        for config in configs:
+            at = [r for r in runs_of(config) if r.budget == budget]
+            cells.append(f"{_mean_sd([r.quality for r in at], fmt)} in {_mean_sd([r.cpu_s for r in at], '.1f')} s"
+                         if at else "—")
+        lines.append(f"| {budget} | " + " | ".join(cells) + " |")
+
+    def mean_curve(config: str) -> list[tuple[float, float]]:
+        points = []
+        for budget in budgets:
+            at = [r for r in runs_of(config) if r.budget == budget]
+            if len(at) == len(seeds):
+                points.append((statistics.mean(r.cpu_s for r in at), statistics.mean(r.quality for r in at)))
+        return points
+
+    speedups: dict[str, dict[str, Any]] = {}
+    base_mean = mean_curve("baseline")
+    lines += ["", "| recipe | strict speed-up per seed | mean (failures = 0x) | seeds reaching Q "
+              "| on the seed-averaged curves | at or better than the baseline from the middle budget up |",
+              "|---|---|---|---|---|---|"]
+    for config in configs[1:]:
+        per_seed: list[float | None] = []
+        for seed in seeds:
+            base, mine = _curve(runs_of("baseline", seed)), _curve(runs_of(config, seed))
+            if len(base) != len(budgets) or len(mine) != len(budgets):
+                continue
+            per_seed.append(strict_speedup(base, mine, higher)[0])
+        mean_speed = statistics.mean(s or 0.0 for s in per_seed) if per_seed else None
+        on_mean = strict_speedup(base_mean, mean_curve(config), higher) if base_mean and mean_curve(config) else None
+        # The target "on or above the baseline from the middle budget up": the recipe's mean quality,
+        # interpolated at the baseline's mean training time of each budget from the middle one.
+        above = []
+        mine_mean = mean_curve(config)
+        for t, q in base_mean[len(base_mean) // 2:]:
+            q_mine = _interpolate(mine_mean, t)
+            above.append(None if q_mine is None else (q_mine >= q - 1e-12 if higher else q_mine <= q + 1e-12))
+        verdict = ("yes" if above and all(a is True for a in above) else
+                   "no" if any(a is False for a in above) else "beyond the recipe's measured range")
+        speedups[config] = {"per_seed": per_seed, "mean": mean_speed,
+                            "reached": sum(s is not None for s in per_seed), "seeds": len(per_seed),
+                            "on_mean_curves": None if on_mean is None else on_mean[0], "above_from_middle": verdict}
+        seeds_text = ", ".join("fail" if s is None else f"{s:.2f}x" for s in per_seed)
+        lines.append(
+            f"| {config} | {seeds_text} | {'—' if mean_speed is None else f'{mean_speed:.2f}x'} "
+            f"| {speedups[config]['reached']}/{len(per_seed)} "
+            f"| {'fail' if on_mean is None or on_mean[0] is None else f'{on_mean[0]:.2f}x'} | {verdict} |")
+    ranked = sorted(speedups, key=lambda c: (speedups[c]["mean"] or 0.0, speedups[c]["on_mean_curves"] or 0.0),
+                    reverse=True)
+    return Summary(name, "\n".join(lines), speedups, ranked[0] if ranked else None)
+
+
+def _interpolate(curve: list[tuple[float, float]], t: float) -> float | None:
+    """The quality of the piecewise-linear ``curve`` at time ``t`` (``None`` outside its range)."""
+    for (t0, q0), (t1, q1) in zip(curve, curve[1:], strict=False):
+        if t0 <= t <= t1:
+            return q0 if t1 == t0 else q0 + (q1 - q0) * (t - t0) / (t1 - t0)
+    if curve and abs(curve[-1][0] - t) < 1e-9:
+        return curve[-1][1]
+    return None
+
+
+def ablation_table(task: Task | dict[str, Any], runs: list[Run]) -> str:
+    name = task.name if isinstance(task, Task) else task["name"]
+    higher = task.higher_is_better if isinstance(task, Task) else task["higher_is_better"]
+    ablated = [r for r in runs if r.task == name and r.ablation]
+    if not ablated:
+        return ""
+    fmt = ".4f" if higher else ".3f"
+    budget = ablated[0].budget
+    configs = list(dict.fromkeys(r.config for r in ablated))
+    full = next((c for c in configs if " without " not in c), configs[0])
+    configs = [full] + [c for c in configs if c != full]
+    reference = {r.seed: r for r in ablated if r.config == full}
+    lines = [f"| at {budget} (middle budget) | quality | Δ quality vs full recipe (same seed) | training CPU s "
+             "| Δ time vs full recipe |", "|---|---|---|---|---|"]
+    for config in configs:
+        at = [r for r in ablated if r.config == config]
+        dq = [r.quality - reference[r.seed].quality for r in at if r.seed in reference]
+        dt = [r.cpu_s / reference[r.seed].cpu_s - 1 for r in at if r.seed in reference]
+        lines.append(f"| {config} | {_mean_sd([r.quality for r in at], fmt)} | "
+                     f"{'—' if config == configs[0] else _mean_sd(dq, '+' + fmt)} | "
+                     f"{_mean_sd([r.cpu_s for r in at], '.1f')} | "
+                     f"{'—' if config == configs[0] else _mean_sd([100 * d for d in dt], '+.0f') + ' %'} |")
+    return "\n".join(lines)
+
+
+def plot(task: Task | dict[str, Any], runs: list[Run], path: Path, speedups: dict[str, dict[str, Any]]) -> None:
+    """Quality against training time, one curve per configuration, seeds as error bars (± sd)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    name = task.name if isinstance(task, Task) else task["name"]
+    quality = task.quality if isinstance(task, Task) else task["quality"]
+    higher = task.higher_is_better if isinstance(task, Task) else task["higher_is_better"]
+    grid = [r for r in runs if r.task == name and not r.ablation]
+    configs = list(dict.fromkeys(r.config for r in grid))
+    budgets = sorted({r.budget for r in grid})
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
+    colours = ["#444444", "#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e"]
+    for i, config in enumerate(configs):
+        xs, ys, xe, ye = [], [], [], []
+        for budget in budgets:
+            at = [r for r in grid if r.config == config and r.budget == budget]
+            if not at:
+                continue
+            xs.append(statistics.mean(r.cpu_s for r in at))
+            ys.append(statistics.mean(r.quality for r in at))
+            xe.append(statistics.stdev(r.cpu_s for r in at) if len(at) > 1 else 0.0)
+            ye.append(statistics.stdev(r.quality for r in at) if len(at) > 1 else 0.0)
+        label = config
+        if config in speedups and speedups[config]["mean"] is not None:
+            s = speedups[config]
+            label += f" (strict speed-up {s['mean']:.2f}x, {s['reached']}/{s['seeds']} seeds reach Q)"
+        ax.errorbar(xs, ys, xerr=xe, yerr=ye, marker="o", markersize=4, capsize=3, color=colours[i % len(colours)],
+                    label=label, linewidth=2.0 if config == "baseline" else 1.3)
+    base = [r for r in grid if r.config == "baseline"]
+    if base:
+        by_budget = {b: statistics.mean(r.quality for r in base if r.budget == b) for b in budgets}
+        best = max(by_budget.values()) if higher else min(by_budget.values())
+        ax.axhline(best, color="#444444", linestyle=":", linewidth=1, label=f"baseline's best (mean) {best:.4g}")
+    ax.set_xlabel("training CPU time, s (validation excluded)")
+    ax.set_ylabel(quality + ("" if higher else " (lower is better)"))
+    ax.set_title(f"{name}: quality vs training time, {len(budgets)} budgets, mean ± sd over seeds")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right" if higher else "upper right")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+# --- running the grid --------------------------------------------------------------------------
+
+
+def _schedule(tasks: list[Task], seeds: list[int], rng: random.Random) -> list[tuple[Task, int, int, list[str]]]:
+    """Rounds of (task, budget, seed, configurations in a shuffled order), tasks alternating."""
+    per_task = []
+    for task in tasks:
+        rounds = []
+        for seed in seeds:
+            for budget in task.budgets:
+                order = list(task.configs)
+                rng.shuffle(order)
+                rounds.append((task, budget, seed, order))
+        rng.shuffle(rounds)
+        per_task.append(rounds)
+    schedule = []
+    for i in range(max(len(r) for r in per_task)):
+        for rounds in per_task:
+            if i < len(rounds):
+                schedule.append(rounds[i])
+    return schedule
+
+
+def _run_one(task: Task, config: str, algorithms: list[Any], budget: int, seed: int, ablation: bool) -> Run:
+    load = os.getloadavg()[0]
+    quality, cpu_s, wall_s, _ = task.train(config, algorithms, budget, seed)
+    return Run(task.name, config, budget, seed, quality, cpu_s, wall_s, load, ablation)
+
+
+def _save(path: Path, runs: list[Run], meta: dict[str, Any]) -> None:
+    path.write_text(json.dumps({"meta": meta, "runs": [asdict(r) for r in runs]}, indent=1))
+
+
+def _report(tasks_meta: list[dict[str, Any]], runs: list[Run], out: Path, meta: dict[str, Any]) -> str:
+    parts = []
+    for task in tasks_meta:
+        summary = summarise(task, runs)
+        plot(task, runs, out / f"pareto_{task['name']}.png", summary.speedups)
+        parts += [f"### {task['name']}: {task['quality']}", "", summary.table, ""]
+        ablation = ablation_table(task, runs)
+        if ablation:
+            parts += [ablation, ""]
+    loads = [r.load for r in runs]
+    parts.append(f"Machine: {meta['machine']}. Load average (1 min) at the start of the runs: min "
+                 f"{min(loads):.1f}, median {statistics.median(loads):.1f}, max {max(loads):.1f}. "
+                 f"Benchmark wall time {meta.get('minutes', float('nan')):.1f} min.")
+    text = "\n".join(parts)
+    (out / "pareto.md").write_text(text + "\n")
+    return text
+
+
+def _task_meta(task: Task) -> dict[str, Any]:
+    return {"name": task.name, "unit": task.unit, "quality": task.quality,
+            "higher_is_better": task.higher_is_better, "budgets": task.budgets, "configs": list(task.configs)}
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="3 budgets, 2 seeds, fewer recipes, ablation on one seed (~2 min)")
+    parser.add_argument("--tasks", default="vision,language", help="comma-separated: vision, language")
+    parser.add_argument("--seeds", type=int, default=None, help="default 3 (2 with --quick)")
+    parser.add_argument("--no-ablation", action="store_true")
+    parser.add_argument("--out", default="outputs/pareto")
+    parser.add_argument("--replot", default=None, help="a runs.json: rebuild the tables and PNGs, train nothing")
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    if args.replot:
+        data = json.loads(Path(args.replot).read_text())
+        runs = [Run(**r) for r in data["runs"]]
+        text = _report(data["meta"]["tasks"], runs, out, data["meta"])
+        print(text)
+        return {"runs": runs, "text": text}
+
+    warnings.filterwarnings("ignore")
+    logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
+    logging.getLogger("lightning.fabric").setLevel(logging.ERROR)
+    torch.set_num_threads(1)  # steadier timings on shared cores; the models are too small to gain from more
+    names = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    builders = {"vision": vision_task, "language": language_task}
+    unknown = [n for n in names if n not in builders]
+    if unknown:
+        parser.error(f"--tasks: unknown {unknown}; choose from {sorted(builders)}")
+    tasks = [builders[n](args.quick) for n in names]
+    seeds = list(range(args.seeds if args.seeds else (2 if args.quick else 3)))
+    meta: dict[str, Any] = {"machine": _machine(), "quick": args.quick, "seeds": seeds,
+                            "tasks": [_task_meta(t) for t in tasks]}
+
+    # Warm-up (not recorded): the first steps of a process pay for PyTorch's lazy initialisation.
+    for task in tasks:
+        task.train("warm-up", [], 3, 0)
+
+    started = time.perf_counter()
+    runs: list[Run] = []
+    rng = random.Random(0)
+    schedule = _schedule(tasks, seeds, rng)
+    total = sum(len(order) for *_, order in schedule)
+    for task, budget, seed, order in schedule:
+        for config in order:
+            algorithms = task.configs[config](task.steps_for(budget))
+            run = _run_one(task, config, algorithms, budget, seed, ablation=False)
+            runs.append(run)
+            print(f"[{len(runs)}/{total}] {task.name:<8} {config:<24} {budget:>4} {task.unit:<6} seed {seed}: "
+                  f"{run.quality:.4f} in {run.cpu_s:.1f} CPU s ({run.wall_s:.1f} wall), load {run.load:.1f}",
+                  flush=True)
+            meta["minutes"] = (time.perf_counter() - started) / 60
+            _save(out / "runs.json", runs, meta)
+
+    if not args.no_ablation:
+        quick = args.quick
+        for task in tasks:
+            best = summarise(task, runs).best
+            if best is None:
+                continue
+            budget = task.budgets[len(task.budgets) // 2]
+            full = task.configs[best](task.steps_for(budget))
+            variants = [(best, None)] + [(f"{best} without {n}", i) for i, n in enumerate(_names(full))]
+            print(f"\nablation of {best!r} on {task.name} at {budget} {task.unit}: {_names(full)}", flush=True)
+            for seed in seeds[:1] if quick else seeds:
+                order = list(variants)
+                rng.shuffle(order)
+                for label, leave_out in order:
+                    algorithms = task.configs[best](task.steps_for(budget))
+                    if leave_out is not None:
+                        del algorithms[leave_out]
+                    run = _run_one(task, label, algorithms, budget, seed, ablation=True)
+                    runs.append(run)
+                    print(f"  {label:<40} seed {seed}: {run.quality:.4f} in {run.cpu_s:.1f} CPU s, "
+                          f"load {run.load:.1f}", flush=True)
+                    meta["minutes"] = (time.perf_counter() - started) / 60
+                    _save(out / "runs.json", runs, meta)
+
+    meta["minutes"] = (time.perf_counter() - started) / 60
+    _save(out / "runs.json", runs, meta)
+    text = _report(meta["tasks"], runs, out, meta)
+    print("\n" + text)
+    return {"runs": runs, "text": text, "out": out}
+
+
+if __name__ == "__main__":
+    main()
