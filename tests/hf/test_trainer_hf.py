@@ -155,3 +155,24 @@ def test_ema_averages_hf_weights_and_validation_uses_the_average(gpt2):
     with torch.no_grad():
         losses = [model.loss(model(b), b) for b in val]
     assert abs(metrics["val/loss"] - torch.stack(losses).mean().item()) < 1e-5
+
+
+def test_selective_backprop_prunes_hf_batches_by_per_example_loss(gpt2):
+    from composer_bridge.algorithms import SelectiveBackprop
+
+    trained: list[dict[str, torch.Tensor]] = []
+
+    class Seen(HuggingFaceModel):
+        def loss(self, outputs: Any, batch: Any, reduction: str = "mean") -> torch.Tensor:
+            if reduction == "mean":
+                trained.append({k: v.clone() for k, v in batch.items()})
+            return super().loss(outputs, batch, reduction)
+
+    rows = next(iter(token_loader(rows=8)))["input_ids"]
+    loader = DataLoader([{"input_ids": row, "labels": row} for row in rows], batch_size=8)  # no attention_mask
+    selective = SelectiveBackprop(start=0.0, end=1.0, keep=0.5, input_key="input_ids", target_key="labels")
+    trainer = quiet_trainer(max_epochs=1, callbacks=[AlgorithmEngineCallback([selective], seed=0)])
+    trainer.fit(Seen(gpt2()), loader)
+    batch = trained[0]
+    assert batch["input_ids"].shape == (4, SEQ) and torch.equal(batch["input_ids"], batch["labels"])
+    assert all(any(torch.equal(row, original) for original in rows) for row in batch["input_ids"])
