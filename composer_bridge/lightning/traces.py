@@ -6,11 +6,12 @@ the algorithms that ran; the engine logger hands them to :class:`TraceDestinatio
 - records them in a :class:`~composer_bridge.core.trace_store.TraceStore` (``callback.traces``;
   every rank, bounded in memory; the store itself lives in :mod:`composer_bridge.core.trace_store`
   and is re-exported here),
-- logs ``algorithm_traces/<AlgorithmClass>/<EVENT_NAME> = 1`` at the current optimizer step to
+- logs ``algorithm_traces/<label>/<EVENT_NAME> = 1`` (the label is the algorithm's class name,
+  ``Name#2`` for a second instance of a class) at the current optimizer step to
   every Lightning logger of the Trainer (rank zero only), at the rate of the trace mode:
 
   - ``"summary"`` (default): each key once, the first time it runs; at fit end the totals
-    ``algorithm_trace_counts/<AlgorithmClass>/<EVENT_NAME>``. A few points per key, whatever the
+    ``algorithm_trace_counts/<label>/<EVENT_NAME>``. A few points per key, whatever the
     length of the run;
   - ``"every_event"``: each key at every step where it ran (once per step, however many
     micro-batches or evaluation batches ran it);
@@ -57,9 +58,9 @@ __all__ = [
     "format_trace",
 ]
 
-#: Prefix of the per-step trace metrics: ``algorithm_traces/<AlgorithmClass>/<EVENT_NAME>``.
+#: Prefix of the per-step trace metrics: ``algorithm_traces/<label>/<EVENT_NAME>``.
 METRIC_PREFIX = "algorithm_traces/"
-#: Prefix of the totals logged at fit end: ``algorithm_trace_counts/<AlgorithmClass>/<EVENT_NAME>``.
+#: Prefix of the totals logged at fit end: ``algorithm_trace_counts/<label>/<EVENT_NAME>``.
 COUNT_PREFIX = "algorithm_trace_counts/"
 #: The Python logger the text trace goes to (at DEBUG).
 TRACE_LOGGER_NAME = "composer_bridge.traces"
