@@ -242,3 +242,17 @@ def test_low_rank_docstring_examples_run() -> None:
     from composer_bridge.algorithms import _low_rank
 
     assert doctest.testmod(_low_rank, optionflags=doctest.NORMALIZE_WHITESPACE).failed == 0
+
+
+def test_factorize_conv2d_edge_cases_return_the_plain_or_current_convolution() -> None:
+    torch.manual_seed(0)
+    x = torch.randn(1, 4, 6, 6)
+    wa, wb, ba, bb = torch.randn(3, 4, 3, 3), torch.randn(5, 3, 1, 1), torch.randn(3), torch.randn(5)
+    current = factorize_conv2d(x, wa, wb, rank=3, biasA=ba, biasB=bb)  # not below the current latent size
+    assert current.rank == -1 and torch.equal(current.Wa, wa) and torch.equal(current.Wb, wb)
+    plain = factorize_conv2d(x, torch.randn(5, 4, 3, 3), rank=5)  # as wide as the output: one convolution
+    assert plain.rank == -1 and plain.Wb is None and plain.Wa.shape == (5, 4, 3, 3)
+    shrunk = factorize_conv2d(x, wa, wb, rank=2, biasA=ba, biasB=bb, padding=1)
+    two = torch.nn.functional.conv2d(torch.nn.functional.conv2d(x, wa, ba, padding=1), wb, bb)
+    fit = torch.nn.functional.conv2d(torch.nn.functional.conv2d(x, shrunk.Wa, padding=1), shrunk.Wb, shrunk.bias)
+    assert shrunk.nmse == pytest.approx(float((fit - two).pow(2).mean() / two.var()), rel=1e-4) and shrunk.nmse < 1
