@@ -52,6 +52,7 @@ __all__ = [
     "check_augmentation_set",
     "check_normalization",
     "check_severity",
+    "chunks",
     "color",
     "contrast",
     "denormalize",
@@ -91,6 +92,11 @@ _AFFINE = ("rotate", "shear_x", "shear_y", "translate_x", "translate_y")
 def _per_image(values: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
     """``(N,)`` values as ``(N, 1, 1, 1)`` in the images' dtype and device, to broadcast per image."""
     return values.to(device=images.device, dtype=images.dtype).view(-1, 1, 1, 1)
+
+
+def _rows(images: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``images[index]`` along the batch; on the flattened rows, several times faster than on 4-D."""
+    return images.reshape(images.shape[0], -1).index_select(0, index).view(-1, *images.shape[1:])
 
 
 def _levels(images: torch.Tensor) -> torch.Tensor:
@@ -200,16 +206,26 @@ def affine(images: torch.Tensor, matrices: torch.Tensor) -> torch.Tensor:
     (Pillow's ``Image.transform(AFFINE, BILINEAR)``).
     """
     n, _, h, w = images.shape
-    m = matrices.to(device=images.device, dtype=images.dtype)
-    ys = (torch.arange(h, device=images.device, dtype=images.dtype) + 0.5).view(1, h, 1)
-    xs = (torch.arange(w, device=images.device, dtype=images.dtype) + 0.5).view(1, 1, w)
-    a, b, c, d, e, f = (m[:, i // 3, i % 3].view(n, 1, 1) for i in range(6))
-    source_x = a * xs + b * ys + c
-    source_y = d * xs + e * ys + f
-    inside = (source_x >= 0) & (source_x < w) & (source_y >= 0) & (source_y < h)
-    grid = torch.stack((source_x * (2 / w) - 1, source_y * (2 / h) - 1), dim=-1)
+    m = matrices.to(device=images.device, dtype=torch.float64)
+    a, b, shift_x, d, e, shift_y = (m[:, i // 3, i % 3] for i in range(6))
+    # The same map in grid_sample's coordinates (-1 and 1 are the image's outer edges), where a
+    # pixel coordinate p is 2 p / size - 1.
+    theta = torch.stack((
+        a, b * (h / w), a + b * (h / w) + 2 * shift_x / w - 1,
+        d * (w / h), e, d * (w / h) + e + 2 * shift_y / h - 1,
+    ), dim=-1).to(images.dtype)
+    # The sampling grid of the output pixel centres, written straight into its two halves
+    # (F.affine_grid's batched matrix product is many times slower on the CPU).
+    u = (torch.arange(w, device=images.device, dtype=images.dtype) * 2 + 1) / w - 1
+    v = (torch.arange(h, device=images.device, dtype=images.dtype) * 2 + 1) / h - 1
+    grid = torch.empty(n, h, w, 2, device=images.device, dtype=images.dtype)
+    for axis in (0, 1):
+        row = theta[:, 3 * axis : 3 * axis + 3]
+        torch.add(row[:, 0, None, None] * u.view(1, 1, w), row[:, 1, None, None] * v.view(1, h, 1) + row[:, 2, None, None],
+                  out=grid[..., axis])
     warped = F.grid_sample(images, grid, mode="bilinear", padding_mode="border", align_corners=False)
-    return warped * inside.unsqueeze(1).to(images.dtype)
+    inside = grid.abs().amax(dim=-1) <= 1  # the source point lies on the image: else black
+    return warped.mul_(inside.unsqueeze(1).to(images.dtype))
 
 
 def _matrices(kind: str, value: torch.Tensor, height: int, width: int) -> torch.Tensor:
@@ -284,6 +300,24 @@ class StepDraws(NamedTuple):
     sign: torch.Tensor  #: U(0, 1); > 0.5 negates a geometric op
     branch: torch.Tensor  #: U(0, 1); > 0.5 draws a blend factor above 1
     factor: torch.Tensor  #: U(0, 1), becomes the blend factor
+
+    def rows(self, rows: slice) -> StepDraws:
+        """The draws of the images ``rows`` of the batch."""
+        return StepDraws(*(values[rows] for values in self))
+
+
+#: On the CPU a batch is augmented a few images at a time, each chunk through all its steps while
+#: it is in the cache: about this many values per chunk (the whole batch at once elsewhere).
+CPU_CHUNK_VALUES = 2**19
+
+
+def chunks(images: torch.Tensor) -> list[slice]:
+    """Slices of the batch to augment one after the other (one slice except on the CPU)."""
+    n = images.shape[0]
+    if images.device.type != "cpu":
+        return [slice(0, n)]
+    size = max(1, CPU_CHUNK_VALUES // max(1, images[0].numel()))
+    return [slice(start, min(start + size, n)) for start in range(0, n, size)]
 
 
 def draw_step(n: int, num_ops: int, generator: torch.Generator | None, device: torch.device) -> StepDraws:
@@ -373,26 +407,30 @@ def augment_step(images: torch.Tensor, names: Sequence[str], draws: StepDraws, s
 
 def _grouped_step(images: torch.Tensor, names: Sequence[str], choice: torch.Tensor, scale: _Scale) -> torch.Tensor:
     """Each op on the images that chose it (the choices are read on the host)."""
-    _, _, h, w = images.shape
+    n, _, h, w = images.shape
     order = torch.argsort(choice, stable=True)
     counts = torch.bincount(choice + 1, minlength=len(names) + 1).tolist()
     groups = dict(enumerate(order.split(counts), start=-1))  # op index -> the images that chose it
     out = torch.empty_like(images)
-    if groups[-1].numel():  # images left out of this step (AugMix's shorter chains)
-        out.index_copy_(0, groups[-1], images.index_select(0, groups[-1]))
-    geometric = [(k, groups[k]) for k, name in enumerate(names) if name in _AFFINE and groups[k].numel()]
+    flat_out = out.view(n, -1)
+
+    def put(index: torch.Tensor, result: torch.Tensor) -> None:
+        flat_out.index_copy_(0, index, result.reshape(index.numel(), -1))
+
+    if counts[0]:  # images left out of this step (AugMix's shorter chains)
+        put(groups[-1], _rows(images, groups[-1]))
+    geometric = [k for k, name in enumerate(names) if name in _AFFINE and counts[k + 1]]
     if geometric:
         # All geometric ops of the step are one resampling, each image with its own matrix.
-        index = torch.cat([chosen for _, chosen in geometric])
-        matrices = torch.cat([_matrices(names[k], _magnitude(names[k], scale.select(chosen), h, w), h, w)
-                              for k, chosen in geometric])
-        out.index_copy_(0, index, affine(images.index_select(0, index), matrices))
+        index = torch.cat([groups[k] for k in geometric])
+        matrices = torch.cat([_matrices(names[k], _magnitude(names[k], scale.select(groups[k]), h, w), h, w)
+                              for k in geometric])
+        put(index, affine(_rows(images, index), matrices))
     for k, name in enumerate(names):
-        chosen = groups[k]
-        if name in _AFFINE or not chosen.numel():
+        if name in _AFFINE or not counts[k + 1]:
             continue
-        value = _magnitude(name, scale.select(chosen), h, w)
-        out.index_copy_(0, chosen, _PIXEL_OPS[name](images.index_select(0, chosen), value))
+        value = _magnitude(name, scale.select(groups[k]), h, w)
+        put(groups[k], _PIXEL_OPS[name](_rows(images, groups[k]), value))
     return out
 
 
@@ -493,7 +531,8 @@ def to_batch(img: torch.Tensor, where: str) -> tuple[torch.Tensor, Callable[[tor
     """``img`` as a floating ``(N, C, H, W)`` batch in ``[0, 1]``, and the function that puts a result back.
 
     ``(C, H, W)`` images become a batch of one; ``uint8`` images are read as ``level / 255`` and
-    rounded back; half-precision images are computed in float32.
+    rounded back; half-precision images are computed in float32. Values outside ``[0, 1]`` are
+    left for the caller to clip (chunk by chunk, while they are in the cache).
     """
     if not isinstance(img, torch.Tensor) or img.ndim not in (3, 4):
         raise TypeError(
@@ -505,7 +544,6 @@ def to_batch(img: torch.Tensor, where: str) -> tuple[torch.Tensor, Callable[[tor
         images = img.to(torch.float32) / 255
     elif dtype.is_floating_point:
         images = img.to(torch.float32) if dtype in (torch.float16, torch.bfloat16) else img
-        images = images.clamp(0, 1)
     else:
         raise TypeError(f"{where} needs floating images in [0, 1] or uint8 images, got dtype {dtype}.")
     single = img.ndim == 3

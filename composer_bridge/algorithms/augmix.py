@@ -27,6 +27,7 @@ from composer_bridge.algorithms._augment_ops import (
     check_augmentation_set,
     check_normalization,
     check_severity,
+    chunks,
     denormalize,
     draw_step,
     normalize,
@@ -112,16 +113,20 @@ def augmix_image(
     if depth == -1:
         lengths = torch.randint(_RANDOM_DEPTH[0], _RANDOM_DEPTH[1] + 1, (n, width), generator=generator, device=where)
     steps = depth if depth > 0 else _RANDOM_DEPTH[1]
-    combination = torch.zeros_like(images)
-    for chain in range(width):
-        augmented = images
-        for step in range(steps):
-            draws = draw_step(n, len(names), generator, images.device)
-            active = None if lengths is None else lengths[:, chain] > step
-            augmented = augment_step(augmented, names, draws, severity, active)
-        combination += weights[:, chain].view(n, 1, 1, 1) * augmented
-    m = mixing.view(n, 1, 1, 1)
-    return restore(((1 - m) * images + m * combination).clamp_(0, 1))
+    chains = [[draw_step(n, len(names), generator, images.device) for _ in range(steps)] for _ in range(width)]
+    out = torch.empty_like(images)
+    for rows in chunks(images):
+        chunk = images[rows].clamp(0, 1)
+        combination = torch.zeros_like(chunk)
+        for chain, chain_draws in enumerate(chains):
+            augmented = chunk
+            for step, draws in enumerate(chain_draws):
+                active = None if lengths is None else lengths[rows, chain] > step
+                augmented = augment_step(augmented, names, draws.rows(rows), severity, active)
+            combination += weights[rows, chain].view(-1, 1, 1, 1) * augmented
+        m = mixing[rows].view(-1, 1, 1, 1)
+        out[rows] = ((1 - m) * chunk + m * combination).clamp_(0, 1)
+    return restore(out)
 
 
 class AugmentAndMixTransform(torch.nn.Module):

@@ -27,6 +27,7 @@ from composer_bridge.algorithms._augment_ops import (
     check_augmentation_set,
     check_normalization,
     check_severity,
+    chunks,
     denormalize,
     draw_step,
     normalize,
@@ -87,10 +88,14 @@ def randaugment_image(
     images, restore = to_batch(img, "randaugment_image")
     if depth == 0:
         return img.clone()
-    for _ in range(depth):
-        draws = draw_step(images.shape[0], len(names), generator, images.device)
-        images = augment_step(images, names, draws, severity)
-    return restore(images)
+    steps = [draw_step(images.shape[0], len(names), generator, images.device) for _ in range(depth)]
+    out = torch.empty_like(images)
+    for rows in chunks(images):
+        chunk = images[rows].clamp(0, 1)
+        for draws in steps:
+            chunk = augment_step(chunk, names, draws.rows(rows), severity)
+        out[rows] = chunk
+    return restore(out)
 
 
 class RandAugmentTransform(torch.nn.Module):
