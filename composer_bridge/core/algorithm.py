@@ -110,6 +110,15 @@ class Algorithm(ABC):
     def __hash__(self) -> int:
         return hash(type(self).__qualname__)
 
+    @property
+    def state_key(self) -> str:
+        """Not a Lightning callback: reading ``state_key`` (as Lightning does for its callbacks) explains the fix."""
+        name = type(self).__name__
+        raise TypeError(
+            f"{name} is a composer_bridge Algorithm, not a Lightning callback; wrap it: "
+            f"Trainer(callbacks=[AlgorithmEngineCallback([{name}()])])."
+        )
+
 
 class AlgorithmError(RuntimeError):
     """An algorithm raised inside ``apply``; names the algorithm and event, chains the original error."""
