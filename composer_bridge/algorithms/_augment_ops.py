@@ -113,6 +113,15 @@ def autocontrast(images: torch.Tensor) -> torch.Tensor:
     return (images - torch.where(flat, torch.zeros_like(low), low)).mul_(scale).clamp_(0, 1)
 
 
+def _count(keys: torch.Tensor, size: int, on_cpu: bool) -> torch.Tensor:
+    """How often each of ``0..size-1`` occurs in ``keys`` (int64)."""
+    if on_cpu:
+        return torch.bincount(keys, minlength=size)
+    # bincount reads its input's maximum back on the host; a scatter does not wait for the device.
+    counts = torch.zeros(size, dtype=torch.int64, device=keys.device)
+    return counts.scatter_add_(0, keys.to(torch.int64), torch.ones_like(keys, dtype=torch.int64))
+
+
 def equalize(images: torch.Tensor) -> torch.Tensor:
     """Histogram-equalise each channel with Pillow's look-up table on the 8-bit levels.
 
@@ -124,7 +133,7 @@ def equalize(images: torch.Tensor) -> torch.Tensor:
     # Level + 256 * channel number: one histogram (bincount) and one table look-up for the batch.
     offsets = torch.arange(0, n * c * 256, 256, device=images.device, dtype=torch.int32).view(n * c, 1)
     keys = (_levels(images).reshape(n * c, h * w).to(torch.int32) + offsets).flatten()
-    counts = torch.bincount(keys, minlength=n * c * 256).view(n * c, 256)
+    counts = _count(keys, n * c * 256, images.device.type == "cpu").view(n * c, 256)
     present = torch.arange(256, device=images.device).expand(n * c, 256)
     brightest = counts.gather(1, torch.where(counts > 0, present, -1).amax(dim=1, keepdim=True))
     step = (h * w - brightest) // 255

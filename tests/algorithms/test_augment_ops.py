@@ -144,6 +144,11 @@ def test_equalize_matches_pillows_table_exactly() -> None:
     assert torch.equal(out[2, 1], x[2, 1])
 
 
+def test_the_device_histogram_counts_as_the_host_one() -> None:
+    keys = torch.randint(0, 700, (5000,), dtype=torch.int32, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(ops._count(keys, 768, on_cpu=True), ops._count(keys, 768, on_cpu=False))
+
+
 def test_posterize_and_solarize_match_the_8_bit_definitions_exactly() -> None:
     x = grid_images()
     bits, thresholds = torch.tensor([1, 2, 4, 8]), torch.tensor([256.0, 200.0, 128.0, 0.0])
