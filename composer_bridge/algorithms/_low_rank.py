@@ -201,8 +201,11 @@ def factorize_conv2d(
 
     Args:
         X: inputs ``(N, C_in, H, W)``.
-        Wa, Wb, biasA, biasB: the current convolution(s), as above.
+        Wa: the convolution's weight, or the first convolution's when already factorised.
+        Wb: the second (``1x1``) convolution's weight, or ``None``.
         rank: the latent channel count, or a fraction in (0, 1) of the patch size ``C_in * kh * kw``.
+        biasA: the bias of the convolution ``Wa``, or ``None``.
+        biasB: the bias of the convolution ``Wb``, or ``None``.
         n_iters: alternating least-squares rounds.
         **conv2d_kwargs: the original convolution's ``stride``, ``padding``, ``dilation``,
             ``padding_mode`` (``groups`` must be 1). Strides and dilations are supported (Composer
