@@ -77,6 +77,11 @@ class Probe(Algorithm):
         return [(batch, step) for name, batch, step in self.seen if name == event]
 
 
+def cpu_trainer(**overrides: Any) -> L.Trainer:
+    """A quiet Trainer on the CPU in float32 even when the suite runs on a GPU: the references here are CPU runs."""
+    return quiet_trainer(**{"accelerator": "cpu", "precision": "32-true", **overrides})
+
+
 def mlp_classifier(lr: float = 0.1) -> ComposerClassifier:
     """No BatchNorm: a step's gradient does not depend on how the batch is split into micro-batches."""
     torch.manual_seed(0)
@@ -114,7 +119,7 @@ def test_accumulation_counts_optimizer_steps_and_smooths_every_micro_batch() -> 
     probe = Probe("BEFORE_LOSS", "AFTER_BACKWARD", "BATCH_END")
     callback = AlgorithmEngineCallback([LabelSmoothing(0.1), probe])
     model = mlp_classifier()
-    trainer = quiet_trainer(max_epochs=2, accumulate_grad_batches=2, callbacks=[callback])
+    trainer = cpu_trainer(max_epochs=2, accumulate_grad_batches=2, callbacks=[callback])
     trainer.fit(model, image_loader(n=64, batch_size=8))  # 8 micro-batches, 4 optimizer steps per epoch
     assert trainer.global_step == 8
     assert probe.steps("BATCH_END") == [(step, step) for step in range(1, 9)]
@@ -122,11 +127,11 @@ def test_accumulation_counts_optimizer_steps_and_smooths_every_micro_batch() -> 
     assert callback.traces.stats["LabelSmoothing/BEFORE_LOSS"].count == 16
     # Reference: one 16-example batch per step, no accumulation: the same mean gradient at every step.
     reference = mlp_classifier()
-    quiet_trainer(max_epochs=2, callbacks=[AlgorithmEngineCallback([LabelSmoothing(0.1)])]).fit(
+    cpu_trainer(max_epochs=2, callbacks=[AlgorithmEngineCallback([LabelSmoothing(0.1)])]).fit(
         reference, image_loader(n=64, batch_size=16))
     assert_close_weights(weights_of(model), weights_of(reference))
     unsmoothed = mlp_classifier()
-    quiet_trainer(max_epochs=2).fit(unsmoothed, image_loader(n=64, batch_size=16))
+    cpu_trainer(max_epochs=2).fit(unsmoothed, image_loader(n=64, batch_size=16))
     assert not torch.allclose(weights_of(unsmoothed)["module.3.weight"], weights_of(model)["module.3.weight"], atol=1e-4)
 
 
@@ -149,7 +154,7 @@ def test_mixup_under_accumulation_equals_a_hand_written_loop_with_its_draws() ->
     mixup = MixUp(alpha=1.0)
     log = MixingLog(mixup)
     model = mlp_classifier()
-    trainer = quiet_trainer(max_epochs=2, accumulate_grad_batches=2,
+    trainer = cpu_trainer(max_epochs=2, accumulate_grad_batches=2,
                             callbacks=[AlgorithmEngineCallback([mixup, log], seed=3)])
     loader = image_loader(n=64, batch_size=8)
     trainer.fit(model, loader)
@@ -171,7 +176,7 @@ def test_mixup_under_accumulation_equals_a_hand_written_loop_with_its_draws() ->
     assert_close_weights(weights_of(model), weights_of(reference))
     # And a second identical Trainer draws the same: bit-identical weights.
     again = mlp_classifier()
-    quiet_trainer(max_epochs=2, accumulate_grad_batches=2,
+    cpu_trainer(max_epochs=2, accumulate_grad_batches=2,
                   callbacks=[AlgorithmEngineCallback([MixUp(alpha=1.0)], seed=3)]).fit(again, loader)
     assert_same_weights(weights_of(model), weights_of(again))
 
@@ -184,7 +189,7 @@ def test_bf16_mixed_on_cpu_trains_and_ema_averages_the_float32_weights() -> None
     ema = EMA(half_life="2ba")
     model = tiny_classifier()
     start = weights_of(model)
-    trainer = quiet_trainer(max_epochs=1, precision="bf16-mixed", callbacks=[AlgorithmEngineCallback([ema, probe])])
+    trainer = cpu_trainer(max_epochs=1, precision="bf16-mixed", callbacks=[AlgorithmEngineCallback([ema, probe])])
     trainer.fit(model, image_loader(n=64, batch_size=16))
     assert probe.output_dtypes == [torch.bfloat16] * 4, "the forward ran under bf16 autocast"
     assert torch.isfinite(trainer.callback_metrics["train/loss"])
@@ -216,7 +221,7 @@ def test_fast_dev_run_takes_one_step_validates_one_batch_and_writes_nothing(tmp_
 def test_limits_and_val_check_interval_keep_the_trace_steps_on_global_step() -> None:
     probe = Probe("BATCH_END", "EVAL_START", "EVAL_BATCH_END", "EPOCH_END")
     callback = AlgorithmEngineCallback([LabelSmoothing(0.1), probe], trace_mode="every_event")
-    trainer = quiet_trainer(max_epochs=2, limit_train_batches=5, limit_val_batches=2, val_check_interval=2,
+    trainer = cpu_trainer(max_epochs=2, limit_train_batches=5, limit_val_batches=2, val_check_interval=2,
                             callbacks=[callback])
     trainer.fit(tiny_classifier(), image_loader(n=128, batch_size=16), image_loader(n=64, batch_size=16))
     assert trainer.global_step == 10
@@ -240,7 +245,7 @@ def test_max_time_stops_the_run_and_every_counter_agrees() -> None:
     probe = Probe("BATCH_END", "FIT_END")
     ema = EMA(half_life="4ba")
     callback = AlgorithmEngineCallback([ema, probe])
-    trainer = quiet_trainer(max_epochs=None, max_time=timedelta(seconds=1), callbacks=[callback])
+    trainer = cpu_trainer(max_epochs=None, max_time=timedelta(seconds=1), callbacks=[callback])
     started = time.monotonic()
     trainer.fit(tiny_classifier(), image_loader(n=64, batch_size=16))
     assert time.monotonic() - started < 60
@@ -257,7 +262,7 @@ def test_early_stopping_ends_the_run_and_fit_end_fires_once() -> None:
     probe = Probe("BATCH_END", "EPOCH_END", "FIT_END")
     ema = EMA(half_life="2ba")
     stopper = EarlyStopping(monitor="val/loss", stopping_threshold=1e6)  # met at the first validation
-    trainer = quiet_trainer(max_epochs=10, callbacks=[AlgorithmEngineCallback([ema, probe]), stopper])
+    trainer = cpu_trainer(max_epochs=10, callbacks=[AlgorithmEngineCallback([ema, probe]), stopper])
     trainer.fit(tiny_classifier(), image_loader(n=64, batch_size=16), image_loader(n=32))
     assert stopper.stopped_epoch == 0 and trainer.global_step == 4
     state = trainer.callbacks[0].state
@@ -304,7 +309,7 @@ def test_model_checkpoint_every_n_steps_top_k_resumes_exactly_with_validation_on
         callback = AlgorithmEngineCallback([LabelSmoothing(0.1), ema])
         saver = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=3, save_top_k=2, monitor="step", mode="max",
                                 filename="{step}")
-        trainer = quiet_trainer(max_epochs=3, num_sanity_val_steps=1, limit_val_batches=1, callbacks=[callback, saver],
+        trainer = cpu_trainer(max_epochs=3, num_sanity_val_steps=1, limit_val_batches=1, callbacks=[callback, saver],
                                 enable_checkpointing=True)
         model = tiny_classifier()
         trainer.fit(model, ResumableBatches(data, 16), image_loader(n=32), ckpt_path=ckpt)
@@ -333,7 +338,7 @@ def test_several_val_loaders_each_evaluate_the_ema_average() -> None:
     callback = AlgorithmEngineCallback([ema, probe])
     model = tiny_classifier()
     val_loaders = [image_loader(n=32, seed=1), image_loader(n=48, seed=2)]  # 2 and 3 batches
-    trainer = quiet_trainer(max_epochs=1, callbacks=[callback])
+    trainer = cpu_trainer(max_epochs=1, callbacks=[callback])
     trainer.fit(model, image_loader(n=64), val_loaders)
     assert probe.count("EVAL_BATCH_END") == 5
     average = ema.ema_weights
@@ -344,7 +349,7 @@ def test_several_val_loaders_each_evaluate_the_ema_average() -> None:
     assert_same_weights(weights_of(model), probe.weights["BATCH_END"][-1])  # swapped out after validation
     assert not torch.equal(average["module.fc.weight"], weights_of(model)["module.fc.weight"])
     # Each loader's metrics are those of a plain model holding the average.
-    plain = quiet_trainer().validate(with_weights(average), val_loaders)
+    plain = cpu_trainer().validate(with_weights(average), val_loaders)
     for index, metrics in enumerate(plain):
         key = f"val/loss/dataloader_idx_{index}"
         assert trainer.callback_metrics[key].item() == pytest.approx(metrics[key], rel=1e-6), key
@@ -353,7 +358,7 @@ def test_several_val_loaders_each_evaluate_the_ema_average() -> None:
 def test_validate_test_and_predict_after_fit_use_the_average_and_restore_the_training_weights() -> None:
     ema = EMA(half_life="2ba")
     model = tiny_classifier()
-    trainer = quiet_trainer(max_epochs=1, callbacks=[AlgorithmEngineCallback([ema])])
+    trainer = cpu_trainer(max_epochs=1, callbacks=[AlgorithmEngineCallback([ema])])
     trainer.fit(model, image_loader(n=64))
     training, average = weights_of(model), ema.ema_weights
     assert average is not None and not torch.equal(average["module.fc.weight"], training["module.fc.weight"])
@@ -366,7 +371,7 @@ def test_validate_test_and_predict_after_fit_use_the_average_and_restore_the_tra
     assert_same_weights(weights_of(model), training)
     assert_same_weights(ema.ema_weights, average)  # evaluation does not move the average
 
-    plain = quiet_trainer()
+    plain = cpu_trainer()
     reference = with_weights(average)
     assert validated[0]["val/loss"] == pytest.approx(plain.validate(reference, data)[0]["val/loss"], rel=1e-6)
     assert tested[0]["test/acc"] == plain.test(reference, data)[0]["test/acc"]
@@ -399,7 +404,7 @@ def test_lr_schedulers_step_exactly_as_without_the_bridge() -> None:
                                        optimizer=lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9), scheduler=factory)
             rates = LearningRates()
             bridge = [AlgorithmEngineCallback([LabelSmoothing(0.1), EMA(half_life="2ba")])] if bridged else []
-            trainer = quiet_trainer(max_epochs=2, accumulate_grad_batches=2, callbacks=[rates, *bridge])
+            trainer = cpu_trainer(max_epochs=2, accumulate_grad_batches=2, callbacks=[rates, *bridge])
             trainer.fit(model, image_loader(n=32, batch_size=8))  # 2 optimizer steps per epoch
             sequences[(name, bridged)] = rates.values
             if bridged:
@@ -415,7 +420,7 @@ def test_fit_twice_with_more_epochs_continues_the_timestamp_and_the_average() ->
     probe = Probe("INIT", "FIT_START", "BATCH_END", weights_at=("BATCH_END",))
     ema = EMA(half_life="2ba")
     callback = AlgorithmEngineCallback([ema, probe])
-    trainer = quiet_trainer(max_epochs=1, callbacks=[callback])
+    trainer = cpu_trainer(max_epochs=1, callbacks=[callback])
     model = tiny_classifier()
     trainer.fit(model, image_loader(n=64))
     assert (callback.state.timestamp.epoch, callback.state.timestamp.batch) == (1, 4)
@@ -452,19 +457,18 @@ def _tensorboard_metrics(log_dir: Path) -> dict[str, dict[int, float]]:
     return {tag: {e.step: e.value for e in events.Scalars(tag)} for tag in events.Tags()["scalars"]}
 
 
-def _wandb_metrics(save_dir: Path) -> dict[str, dict[int, float]]:
-    """History metrics of the offline run, read from its ``run-<id>.wandb`` transaction log.
+def _wandb_records(run_file: Path) -> list[Any]:
+    """The protobuf records of a ``run-<id>.wandb`` transaction log.
 
     The log is 32 KiB blocks of chunks, each with a 7-byte header (checksum, length, type:
-    1 = whole record, 2/3/4 = first/middle/last piece); each record is a wandb protobuf ``Record``.
+    1 = whole record, 2/3/4 = first/middle/last piece), after a 7-byte file header.
     """
     from wandb.proto import wandb_internal_pb2
 
-    (run_file,) = save_dir.glob("wandb/offline-run-*/run-*.wandb")
     data, block = run_file.read_bytes(), 32 * 1024
-    position, pieces, metrics = 7, b"", {}  # skip the file header (":W&B", version)
+    position, pieces, records = 7, b"", []
     while position + 7 <= len(data):
-        if block - position % block < 7:
+        if block - position % block < 7:  # too little room left in the block for a header: padding
             position += block - position % block
             continue
         _, length, kind = struct.unpack("<IHB", data[position : position + 7])
@@ -475,13 +479,30 @@ def _wandb_metrics(save_dir: Path) -> dict[str, dict[int, float]]:
         if kind in (1, 4):
             record = wandb_internal_pb2.Record()
             record.ParseFromString(pieces)
+            records.append(record)
             pieces = b""
-            if record.WhichOneof("record_type") == "history":
-                row = {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
-                step = row.get("trainer/global_step", row.get("_step"))
-                for key, value in row.items():
-                    if isinstance(value, (int, float)):
-                        metrics.setdefault(key, {})[int(step)] = float(value)
+    return records
+
+
+def _wandb_metrics(save_dir: Path) -> dict[str, dict[int, float]]:
+    """History metrics of the offline run, by Lightning step, once wandb has written the run's exit record."""
+    (run_file,) = save_dir.glob("wandb/offline-run-*/run-*.wandb")
+    for _ in range(200):  # wandb's service may still be writing when wandb.finish() returns
+        records = _wandb_records(run_file)
+        if any(r.WhichOneof("record_type") == "exit" for r in records):
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError(f"{run_file} has no exit record: the offline run did not finish")
+    metrics: dict[str, dict[int, float]] = {}
+    for record in records:
+        if record.WhichOneof("record_type") != "history":
+            continue
+        row = {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
+        step = row.get("trainer/global_step", row.get("_step"))
+        for key, value in row.items():
+            if isinstance(value, (int, float)):
+                metrics.setdefault(key, {})[int(step)] = float(value)
     return metrics
 
 
@@ -494,7 +515,7 @@ def test_trace_keys_and_counts_reach_the_csv_tensorboard_and_wandb_files(tmp_pat
     tb_logger = TensorBoardLogger(tmp_path, name="tb")
     wandb_logger = wandb_logger_cls(project="compat", save_dir=str(tmp_path), offline=True)
     callback = AlgorithmEngineCallback([LabelSmoothing(0.1), EMA(half_life="2ba")])
-    trainer = quiet_trainer(max_epochs=2, logger=[csv_logger, tb_logger, wandb_logger], callbacks=[callback])
+    trainer = cpu_trainer(max_epochs=2, logger=[csv_logger, tb_logger, wandb_logger], callbacks=[callback])
     try:
         trainer.fit(tiny_classifier(), image_loader(n=64))  # 8 steps
     finally:
@@ -529,7 +550,10 @@ def _cli_example() -> Any:
     return module
 
 
-def test_lightning_cli_with_the_callback_from_arguments_trains_like_the_same_run_built_in_python() -> None:
+def test_lightning_cli_with_the_callback_from_arguments_trains_like_the_same_run_built_in_python(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(sys, "argv", ["cli.py"])  # the arguments below are the whole command line
     example = _cli_example()
     callbacks = json.dumps([{
         "class_path": "composer_bridge.AlgorithmEngineCallback",
@@ -560,7 +584,7 @@ def test_lightning_cli_with_the_callback_from_arguments_trains_like_the_same_run
     L.seed_everything(0)  # what LightningCLI(seed_everything_default=0) does before building the model
     model = example.DigitsClassifier(widths=(8,), blocks_per_stage=1)
     python_bridge = AlgorithmEngineCallback([LabelSmoothing(0.2), MixUp(alpha=0.3)], seed=5)
-    quiet_trainer(max_steps=3, limit_val_batches=1, callbacks=[python_bridge]).fit(
+    cpu_trainer(max_steps=3, limit_val_batches=1, callbacks=[python_bridge]).fit(
         model, datamodule=example.DigitsDataModule(batch_size=32))
     assert_same_weights(weights_of(cli.model), weights_of(model))
 
@@ -581,7 +605,7 @@ def test_model_summary_reports_the_model_after_surgery_and_the_profiler_times_th
     SummaryTotals.reported = []
     callback = AlgorithmEngineCallback([SqueezeExcite(latent_channels=4, min_channels=8)])
     profiler = SimpleProfiler(dirpath=tmp_path, filename="profile")
-    trainer = quiet_trainer(max_steps=3, enable_model_summary=True, profiler=profiler,
+    trainer = cpu_trainer(max_steps=3, enable_model_summary=True, profiler=profiler,
                             callbacks=[callback, SummaryTotals(max_depth=2)])
     model = tiny_classifier()
     before = sum(p.numel() for p in model.parameters())
