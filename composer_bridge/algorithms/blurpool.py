@@ -40,17 +40,35 @@ def _binomial_filter(channels: int) -> torch.Tensor:
     return (torch.outer(row, row) / 16.0).expand(channels, 1, 3, 3).contiguous()
 
 
-def blur_2d(input: torch.Tensor, stride: int | tuple[int, int] = 1, filter: torch.Tensor | None = None) -> torch.Tensor:
+def blur_2d(
+    input: torch.Tensor,
+    channels: int = -1,
+    stride: int | tuple[int, int] = 1,
+    filter: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Blur every channel of an NCHW tensor with a 3x3 binomial filter ("same" padding), then subsample.
+
+    Composer's arguments in Composer's order.
 
     Args:
         input: NCHW tensor.
+        channels: the number of channels of ``input`` if known (checked), or ``-1`` (read from ``input``).
         stride: subsampling after the blur.
-        filter: a ``(C, 1, kH, kW)`` depthwise filter with odd sides (default: the binomial filter).
+        filter: a ``(kH, kW)`` filter applied to every channel, or a ``(C, 1, kH, kW)`` depthwise
+            filter, with odd sides (default: the binomial filter).
+
+    Example:
+        >>> import torch
+        >>> blur_2d(torch.ones(1, 2, 4, 4), stride=2)[0, 0].tolist()
+        [[0.5625, 0.75], [0.75, 1.0]]
     """
+    if channels > 0 and channels != input.shape[1]:
+        raise ValueError(f"blur_2d(channels={channels}): the input has {input.shape[1]} channels (or pass -1).")
     channels = input.shape[1]
     if filter is None:
         filter = _binomial_filter(channels)
+    elif filter.ndim == 2:
+        filter = filter.expand(channels, 1, *filter.shape)
     filter = filter.to(device=input.device, dtype=input.dtype)
     kh, kw = filter.shape[-2:]
     if kh % 2 == 0 or kw % 2 == 0:
@@ -60,16 +78,27 @@ def blur_2d(input: torch.Tensor, stride: int | tuple[int, int] = 1, filter: torc
 
 def blurmax_pool2d(
     input: torch.Tensor,
-    kernel_size: int | tuple[int, int] = 2,
-    stride: int | tuple[int, int] | None = None,
+    kernel_size: int | tuple[int, int] | None = None,
+    stride: int | tuple[int, int] = 2,
     padding: int | tuple[int, int] = 0,
     dilation: int | tuple[int, int] = 1,
     ceil_mode: bool = False,
     filter: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Max-pool with anti-aliasing: max over ``kernel_size`` windows at stride 1, then a strided blur."""
+    """Max-pool with anti-aliasing: max over ``kernel_size`` windows at stride 1, then a strided blur.
+
+    Composer's arguments and defaults: ``kernel_size`` ``None`` means 2, and ``stride`` defaults
+    to 2 whatever the kernel size (:class:`BlurMaxPool2d`, like ``nn.MaxPool2d``, defaults the
+    stride to the kernel size instead).
+
+    Example:
+        >>> import torch
+        >>> blurmax_pool2d(torch.randn(1, 3, 8, 8), kernel_size=3).shape
+        torch.Size([1, 3, 3, 3])
+    """
+    kernel_size = 2 if kernel_size is None else kernel_size
     maxes = F.max_pool2d(input, kernel_size, stride=1, padding=padding, dilation=dilation, ceil_mode=ceil_mode)
-    return blur_2d(maxes, stride=kernel_size if stride is None else stride, filter=filter)
+    return blur_2d(maxes, stride=stride, filter=filter)
 
 
 class BlurConv2d(nn.Module):
@@ -170,7 +199,8 @@ class BlurMaxPool2d(nn.Module):
         self.ceil_mode = ceil_mode
 
     @classmethod
-    def from_maxpool2d(cls, pool: nn.MaxPool2d) -> BlurMaxPool2d:
+    def from_maxpool2d(cls, pool: nn.MaxPool2d, module_index: int = -1) -> BlurMaxPool2d:
+        """The blurred version of ``pool`` (``module_index`` is accepted for Composer's signature and unused)."""
         return cls(pool.kernel_size, pool.stride, pool.padding, pool.dilation, pool.ceil_mode)
 
     def extra_repr(self) -> str:

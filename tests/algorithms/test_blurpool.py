@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from composer_bridge.algorithms import BlurPool
-from composer_bridge.algorithms.blurpool import BlurConv2d, BlurMaxPool2d
+from composer_bridge.algorithms.blurpool import BlurConv2d, BlurMaxPool2d, blur_2d, blurmax_pool2d
 from composer_bridge.algorithms.surgery import NoEffectWarning
 from composer_bridge.functional import apply_blurpool
 
@@ -117,3 +117,18 @@ def test_composers_constructor_arguments_build_a_fresh_convolution() -> None:
         BlurConv2d(4, 6, 3)
     with pytest.raises(TypeError, match="in_channels, out_channels and kernel_size"):
         BlurConv2d(4)
+
+
+def test_blur_functions_take_composers_arguments_and_defaults() -> None:
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, 9, 9)
+    torch.testing.assert_close(blur_2d(x, 5, 2), blur_by_hand(x)[:, :, ::2, ::2])  # (input, channels, stride)
+    taps = torch.tensor([[1.0, 2.0, 1.0], [2.0, 4.0, 2.0], [1.0, 2.0, 1.0]]) / 16
+    torch.testing.assert_close(blur_2d(x, filter=taps), blur_by_hand(x))  # a 2-D filter serves every channel
+    with pytest.raises(ValueError, match=r"channels=4\).*5 channels"):
+        blur_2d(x, 4)
+    # Composer's blurmax_pool2d strides by 2 whatever the kernel (the module follows nn.MaxPool2d instead)
+    expected = blur_by_hand(F.max_pool2d(x, 3, stride=1))[:, :, ::2, ::2]
+    torch.testing.assert_close(blurmax_pool2d(x, 3), expected)
+    torch.testing.assert_close(blurmax_pool2d(x), blur_by_hand(F.max_pool2d(x, 2, stride=1))[:, :, ::2, ::2])
+    assert BlurMaxPool2d.from_maxpool2d(nn.MaxPool2d(3), 0).stride == 3
