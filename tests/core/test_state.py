@@ -213,6 +213,7 @@ def at(state: State, **position) -> State:
     state.timestamp = Timestamp(epoch=position.get("epoch", 0), batch=position.get("batch", 0))
     state.microbatch_index = position.get("microbatch", 0)
     state.eval_timestamp = Timestamp(batch=position.get("eval_batch", 0))
+    state.evaluating = position.get("evaluating", False)
     return state
 
 
@@ -241,7 +242,7 @@ def test_generator_returns_to_the_same_draws_when_the_position_comes_back():
         {"epoch": 1},
         {"batch": 1},
         {"microbatch": 1},
-        {"eval_batch": 1},
+        {"evaluating": True},
     ],
 )
 def test_generator_draws_differ_per_seed_rank_key_and_position(change):
@@ -250,6 +251,15 @@ def test_generator_draws_differ_per_seed_rank_key_and_position(change):
     position = {k: v for k, v in change.items() if k not in ("seed", "rank", "key")}
     changed = draw(at(state, **position), change.get("key", "MixUp"))
     assert not torch.equal(base, changed)
+
+
+def test_evaluation_draws_follow_the_eval_batch_and_training_draws_ignore_it():
+    assert not torch.equal(
+        draw(at(make_state(seed=3), evaluating=True, eval_batch=0)),
+        draw(at(make_state(seed=3), evaluating=True, eval_batch=1)),
+    )
+    # However many evaluation batches ran before, a training step draws the same.
+    assert torch.equal(draw(at(make_state(seed=3), batch=5)), draw(at(make_state(seed=3), batch=5, eval_batch=7)))
 
 
 def test_generators_of_different_keys_are_independent_streams():
