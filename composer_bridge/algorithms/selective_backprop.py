@@ -231,6 +231,7 @@ target_key=1, loss_fn=None)
     """
 
     unique = True
+    needs_run_length = True  # selects between fractions of the run (start, end)
     needs_loss_events = True
     runs_first = True
 

@@ -177,6 +177,11 @@ class SeqLengthWarmup(Algorithm):
         every = max(1, warmup_steps // increments)
         return max(self.min_seq_length, min(self.max_seq_length, self.min_seq_length + self.step_size * (step // every)))
 
+    @property
+    def needs_run_length(self) -> bool:
+        """Whether ``duration`` is a fraction of the run (the bridge then needs the run's length at setup)."""
+        return self._duration.unit == TimeUnit.DURATION
+
     def _warmup_steps(self, state: State) -> int:
         if self._duration.unit == TimeUnit.BATCH:
             return int(self._duration.value)

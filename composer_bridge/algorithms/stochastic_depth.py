@@ -362,6 +362,11 @@ class StochasticDepth(SurgeryAlgorithm):
     def _blocks(self, state: State) -> list[StochasticBlock]:
         return [m for m in state.model.modules() if isinstance(m, StochasticBlock)]
 
+    @property
+    def needs_run_length(self) -> bool:
+        """Whether the drop-rate warm-up is a fraction of the run (the bridge then needs its length at setup)."""
+        return float(self._warmup.value) > 0 and self._warmup.unit == TimeUnit.DURATION
+
     def _warmup_fraction(self, state: State) -> float:
         warmup = self._warmup
         if float(warmup.value) <= 0:
