@@ -31,7 +31,7 @@ from composer_bridge.algorithms.surgery import Optimizers, SurgeryAlgorithm, rep
 if TYPE_CHECKING:
     from composer_bridge.core.state import State
 
-__all__ = ["BlurConv2d", "BlurMaxPool2d", "BlurPool", "apply_blurpool", "blur_2d", "blurmax_pool2d"]
+__all__ = ["BlurConv2d", "BlurMaxPool2d", "BlurPool", "BlurPool2d", "apply_blurpool", "blur_2d", "blurmax_pool2d"]
 
 
 def _binomial_filter(channels: int) -> torch.Tensor:
@@ -208,6 +208,33 @@ class BlurMaxPool2d(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return blurmax_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode)
+
+
+class BlurPool2d(nn.Module):
+    """:func:`blur_2d` as a module: blur every channel, then subsample by ``stride`` (Composer's layer).
+
+    Args:
+        channels: the input's channels if known (checked at each call), or ``0`` (any).
+        stride: subsampling after the blur.
+        padding: kept for Composer's signature; the blur always pads to keep the size before subsampling.
+
+    Example:
+        >>> import torch
+        >>> BlurPool2d(channels=3)(torch.randn(1, 3, 8, 8)).shape
+        torch.Size([1, 3, 4, 4])
+    """
+
+    def __init__(self, channels: int = 0, stride: int | tuple[int, int] = 2, padding: int | tuple[int, int] = 1) -> None:
+        super().__init__()
+        self.channels = channels
+        self.stride = stride
+        self.padding = padding
+
+    def extra_repr(self) -> str:
+        return f"channels={self.channels}, stride={self.stride}"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return blur_2d(x, channels=self.channels if self.channels > 0 else -1, stride=self.stride)
 
 
 def _check(replace_convs: bool, replace_maxpools: bool, blur_first: bool, min_channels: int) -> None:

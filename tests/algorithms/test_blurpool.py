@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from composer_bridge.algorithms import BlurPool
-from composer_bridge.algorithms.blurpool import BlurConv2d, BlurMaxPool2d, blur_2d, blurmax_pool2d
+from composer_bridge.algorithms.blurpool import BlurConv2d, BlurMaxPool2d, BlurPool2d, blur_2d, blurmax_pool2d
 from composer_bridge.algorithms.surgery import NoEffectWarning
 from composer_bridge.functional import apply_blurpool
 
@@ -132,3 +132,5 @@ def test_blur_functions_take_composers_arguments_and_defaults() -> None:
     torch.testing.assert_close(blurmax_pool2d(x, 3), expected)
     torch.testing.assert_close(blurmax_pool2d(x), blur_by_hand(F.max_pool2d(x, 2, stride=1))[:, :, ::2, ::2])
     assert BlurMaxPool2d.from_maxpool2d(nn.MaxPool2d(3), 0).stride == 3
+    torch.testing.assert_close(BlurPool2d(channels=5)(x), blur_by_hand(x)[:, :, ::2, ::2])
+    torch.testing.assert_close(BlurPool2d(stride=1)(x), blur_by_hand(x))
