@@ -145,8 +145,10 @@ class _Factorized(nn.Module):
             )
         first, second = self._weights_from(solution)
         weight0, weight1 = self.module0.weight, self.module1.weight
-        self.module0.weight = nn.Parameter(first.to(device=weight0.device, dtype=weight0.dtype))
-        self.module1.weight = nn.Parameter(second.to(device=weight1.device, dtype=weight1.dtype))
+        self.module0.weight = nn.Parameter(first.to(device=weight0.device, dtype=weight0.dtype),
+                                           requires_grad=weight0.requires_grad)
+        self.module1.weight = nn.Parameter(second.to(device=weight1.device, dtype=weight1.dtype),
+                                           requires_grad=weight1.requires_grad)
         if self.module1.bias is not None and solution.bias is not None:
             with torch.no_grad():
                 self.module1.bias.copy_(solution.bias)
@@ -162,6 +164,12 @@ class _Factorized(nn.Module):
 
         Raises:
             ValueError: ``rank`` is not a whole number between 1 and the current latent size.
+
+        Example:
+            >>> layer = FactorizedLinear(32, 32, latent_features=8)
+            >>> layer.set_rank(torch.randn(64, 32), 4)
+            >>> layer.latent_features, tuple(layer.module1.weight.shape)
+            (4, (32, 4))
         """
         if isinstance(rank, bool) or not isinstance(rank, int) or not 1 <= rank <= self.latent_size:
             raise ValueError(
