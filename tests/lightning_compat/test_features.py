@@ -40,7 +40,7 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from composer_bridge import Algorithm, AlgorithmEngineCallback, ComposerClassifier, Event, State
-from composer_bridge.algorithms import EMA, LabelSmoothing, MixUp, SqueezeExcite
+from composer_bridge.algorithms import EMA, CutOut, LabelSmoothing, MixUp, SqueezeExcite
 
 ROOT = Path(__file__).resolve().parents[2]
 HALF_LIFE_2BA = 2.0 ** -0.5  # EMA(half_life="2ba") updating every step
@@ -239,6 +239,19 @@ def test_limits_and_val_check_interval_keep_the_trace_steps_on_global_step() -> 
     assert steps_with(Event.BATCH_END) == list(range(1, 11))
     assert steps_with(Event.EPOCH_END) == [5, 10]
     assert callback.traces.stats["LabelSmoothing/BEFORE_LOSS"].count == 10
+
+
+def test_how_often_validation_runs_never_changes_the_training_draws() -> None:
+    """Random algorithms draw the same augmentations whatever the sanity check, limits and interval of validation."""
+    final = []
+    for validation in ({"limit_val_batches": 0},
+                       {"limit_val_batches": 2, "val_check_interval": 2, "num_sanity_val_steps": 2}):
+        model = tiny_classifier()
+        callback = AlgorithmEngineCallback([MixUp(alpha=0.5), CutOut(length=0.25)], seed=1)
+        cpu_trainer(max_epochs=2, limit_train_batches=5, callbacks=[callback], **validation).fit(
+            model, image_loader(n=128, batch_size=16), image_loader(n=64, batch_size=16))
+        final.append(weights_of(model))
+    assert_same_weights(*final)
 
 
 def test_max_time_stops_the_run_and_every_counter_agrees() -> None:
