@@ -275,10 +275,11 @@ def test_early_stopping_ends_the_run_and_fit_end_fires_once() -> None:
     probe = Probe("BATCH_END", "EPOCH_END", "FIT_END")
     ema = EMA(half_life="2ba")
     stopper = EarlyStopping(monitor="val/loss", stopping_threshold=1e6)  # met at the first validation
-    trainer = cpu_trainer(max_epochs=10, callbacks=[AlgorithmEngineCallback([ema, probe]), stopper])
+    callback = AlgorithmEngineCallback([ema, probe])
+    trainer = cpu_trainer(max_epochs=10, callbacks=[callback, stopper])
     trainer.fit(tiny_classifier(), image_loader(n=64, batch_size=16), image_loader(n=32))
     assert stopper.stopped_epoch == 0 and trainer.global_step == 4
-    state = trainer.callbacks[0].state
+    state = callback.state
     assert (state.timestamp.epoch, state.timestamp.batch) == (1, 4)
     assert probe.steps("BATCH_END") == [(step, step) for step in range(1, 5)]
     assert probe.steps("EPOCH_END") == [(4, 4)]
