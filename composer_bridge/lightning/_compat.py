@@ -13,6 +13,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -31,6 +32,7 @@ __all__ = [
     "restores_checkpoint_after_setup",
     "set_strategy_optimizers",
     "show_hook",
+    "step_counter",
 ]
 
 #: The data hooks Lightning runs on the LightningDataModule when it overrides them, else on the module.
@@ -75,6 +77,22 @@ def data_hook_owner(hook: str, module: L.LightningModule, datamodule: L.Lightnin
     if is_overridden(hook, datamodule) or not is_overridden(hook, module):
         return datamodule
     return module
+
+
+def step_counter(trainer: L.Trainer, automatic_optimization: bool) -> Callable[[], int]:
+    """A cheap reader of ``trainer.global_step`` for the loop about to run (read once per micro-batch).
+
+    ``trainer.global_step`` walks several properties per read; this resolves them once. Assumption:
+    the fit loop's progress trackers (``optim_progress.optimizer.step.total`` under automatic
+    optimization, ``optim_step_progress.total`` under manual) are updated in place for the length
+    of a ``fit`` (restored in place from a checkpoint). Resolve it at ``on_train_start``.
+    """
+    epoch_loop = trainer.fit_loop.epoch_loop
+    if automatic_optimization:
+        tracker = epoch_loop.automatic_optimization.optim_progress.optimizer.step.total
+    else:
+        tracker = epoch_loop.manual_optimization.optim_step_progress.total
+    return lambda: tracker.completed
 
 
 def ddp_kwargs(strategy: Any) -> dict[str, Any] | None:

@@ -64,7 +64,7 @@ _UNUSED_STEP_HOOKS = ("on_before_zero_grad", "on_before_backward")
 _EVENT_ONLY_STEP_HOOKS = ("on_train_batch_start", "on_after_backward", "on_before_optimizer_step")
 # Lightning binds the module's log/log_dict onto every callback: they belong to the run, not to a copy.
 _RUNTIME = ("state", "engine", "_trainer", "_hooks", "_initialized_model", "_run_event", "_clock", "logger", "_reporting",
-            "log", "log_dict")
+            "_global_step", "log", "log_dict")
 
 
 class AlgorithmEngineCallback(L.Callback):
@@ -146,6 +146,7 @@ class AlgorithmEngineCallback(L.Callback):
         self._hooks: ModuleHooks | None = None
         self._clock = StepClock()
         self._initialized_model: int | None = None  # id() of the model INIT ran for
+        self._global_step: Any = lambda: 0  # reads Lightning's global_step (set at on_train_start)
         # The hooks call the engine directly once it exists; before setup this raises a clear error.
         self._run_event: Any = self.run_event
 
@@ -389,7 +390,8 @@ class AlgorithmEngineCallback(L.Callback):
         batches = trainer.num_training_batches
         if isinstance(batches, int) or (isinstance(batches, float) and batches != float("inf")):
             state.dataloader_len = -(-int(batches) // max(1, trainer.accumulate_grad_batches))
-        self._clock.start_fit(trainer.global_step)
+        self._global_step = _compat.step_counter(trainer, bool(pl_module.automatic_optimization))
+        self._clock.start_fit(self._global_step())
         if state.timestamp.batch.value == 0 and state.timestamp.epoch.value == 0:
             self._fire("on_train_start")
 
@@ -429,7 +431,7 @@ class AlgorithmEngineCallback(L.Callback):
         assert state is not None
         # The data hook counted the micro-batch's samples as loaded; without it (an idle bridge), counted here.
         samples = (_batch_size(batch) or 0) if self._clock.loaded_samples is None else 0
-        if not self._clock.end_micro_batch(state, samples, trainer.global_step):
+        if not self._clock.end_micro_batch(state, samples, self._global_step()):
             return
         if self.listening:
             self.logger.step = self._current_step()

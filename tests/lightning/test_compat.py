@@ -134,6 +134,37 @@ def test_set_strategy_optimizers_makes_lightning_step_the_given_optimizers() -> 
     assert stepped == ["wrapper", "wrapper"]
 
 
+@pytest.mark.parametrize("automatic", [True, False])
+def test_step_counter_reads_global_step_at_every_batch_end(automatic: bool) -> None:
+    pairs: list[tuple[int, int]] = []
+
+    class Manual(type(tiny_classifier())):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__(torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 4)), num_classes=4)
+            self.automatic_optimization = automatic
+
+        def training_step(self, batch: Any, batch_idx: int) -> Any:
+            if automatic:
+                return super().training_step(batch, batch_idx)
+            opt = self.optimizers()
+            self.manual_backward(self.loss(self(batch), batch))
+            opt.step()
+            opt.step()  # two steps per batch: global_step moves by 2
+            opt.zero_grad()
+            return None
+
+    class Compare(L.Callback):
+        def on_train_start(self, trainer: L.Trainer, pl_module: Any) -> None:
+            self.read = _compat.step_counter(trainer, automatic)
+
+        def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
+            pairs.append((self.read(), trainer.global_step))
+
+    quiet_trainer(max_epochs=1, callbacks=[Compare()]).fit(Manual(), image_loader(n=48))
+    assert len(pairs) == 3 and all(a == b for a, b in pairs), pairs
+    assert pairs[-1][1] == (3 if automatic else 6)
+
+
 def test_lightning_weight_averaging_names_lightnings_callbacks() -> None:
     names = {cls.__name__ for cls in _compat.lightning_weight_averaging()}
     assert "StochasticWeightAveraging" in names
