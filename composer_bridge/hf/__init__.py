@@ -35,6 +35,7 @@ from composer_bridge.hf.alibi import (
     AlibiGPT2Attention,
     AlibiLlamaAttention,
     alibi_attention_mask,
+    to_alibi,
 )
 from composer_bridge.hf.conv1d import Conv1DLinear, conv1d_to_linear, linear_to_conv1d
 from composer_bridge.hf.feed_forward import GLU_POLICY
@@ -56,6 +57,7 @@ __all__ = [
     "infer_task",
     "linear_to_conv1d",
     "register_hf_policies",
+    "to_alibi",
 ]
 
 register_hf_policies()

@@ -35,6 +35,7 @@ from typing import Any, ClassVar
 
 import torch
 from torch import nn
+from transformers.models.bert import modeling_bert
 from transformers.models.bert.modeling_bert import BertModel, BertSelfAttention
 from transformers.models.gpt2.modeling_gpt2 import GPT2Attention, GPT2Model
 from transformers.models.llama.modeling_llama import LlamaAttention
@@ -50,6 +51,7 @@ __all__ = [
     "convert_attention",
     "convert_bert_model",
     "convert_gpt2_model",
+    "to_alibi",
 ]
 
 SUPPORTED_ATTENTION = ("eager", "sdpa")
@@ -164,6 +166,15 @@ _ALIBI_CLASS: dict[type, type[AlibiAttention]] = {
     LlamaAttention: AlibiLlamaAttention,
 }
 
+# transformers 4.x builds BERT with a separate sdpa subclass (5.x picks the kernel at run time instead).
+_BertSdpaSelfAttention = getattr(modeling_bert, "BertSdpaSelfAttention", None)
+if _BertSdpaSelfAttention is not None:  # pragma: no cover - depends on the transformers version
+
+    class AlibiBertSdpaSelfAttention(AlibiAttention, _BertSdpaSelfAttention):  # type: ignore[misc, valid-type]
+        """BERT's sdpa self-attention (transformers 4.x) with ALiBi biases."""
+
+    _ALIBI_CLASS[_BertSdpaSelfAttention] = AlibiBertSdpaSelfAttention
+
 
 def _heads(module: nn.Module) -> int:
     for name in ("num_heads", "num_attention_heads"):
@@ -189,11 +200,36 @@ def convert_attention(module: nn.Module, max_sequence_length: int) -> nn.Module 
     if new_class is None:
         raise TypeError(
             f"Alibi knows {', '.join(c.__name__ for c in _ALIBI_CLASS)} but not their subclass "
-            f"{type(module).__name__}, whose forward may differ. Pass Alibi(policy={{{type(module).__name__}: fn}})."
+            f"{type(module).__name__}, whose forward may differ. Pass Alibi(policy={{{type(module).__name__}: fn}}) "
+            "with fn = lambda module, length: composer_bridge.hf.to_alibi(module, YourAlibiClass)."
+        )
+    _grow_causal_buffer(module, max_sequence_length)
+    return to_alibi(module, new_class)
+
+
+def _grow_causal_buffer(module: nn.Module, length: int) -> None:
+    """Older GPT-2 attention (transformers 4.x) masks with a ``bias`` buffer sized ``n_positions``: grow it."""
+    bias = getattr(module, "bias", None)
+    if isinstance(bias, torch.Tensor) and bias.dtype == torch.bool and bias.ndim == 4 and bias.shape[-1] < length:
+        causal = torch.ones(length, length, dtype=torch.bool, device=bias.device).tril().view(1, 1, length, length)
+        module.register_buffer("bias", causal, persistent=False)
+
+
+def to_alibi(module: nn.Module, alibi_class: type[AlibiAttention]) -> nn.Module:
+    """Make ``module`` an instance of ``alibi_class`` (``class X(AlibiAttention, type(module))``) in place.
+
+    The parameters, their names and the optimizer's references stay; a non-persistent
+    ``alibi_slopes`` buffer (one slope per head) is added. Returns ``module``.
+    """
+    if not (isinstance(alibi_class, type) and issubclass(alibi_class, AlibiAttention)
+            and issubclass(alibi_class, type(module))):
+        raise TypeError(
+            f"to_alibi({type(module).__name__}, {alibi_class!r}): the class must be "
+            f"`class Alibi{type(module).__name__}(AlibiAttention, {type(module).__name__})`."
         )
     heads = _heads(module)
     device = next(module.parameters()).device
-    module.__class__ = new_class
+    module.__class__ = alibi_class
     module.register_buffer("alibi_slopes", torch.tensor(alibi_slopes(heads), device=device), persistent=False)
     return module
 
