@@ -90,6 +90,20 @@ def test_shapes_and_dtypes() -> None:
     assert augmix_image(x.to(torch.bfloat16)).dtype == torch.bfloat16
 
 
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.float16, torch.float32, torch.float64])
+@pytest.mark.parametrize("shape", [(3, 6, 5), (4, 3, 6, 5)], ids=["single", "batch"])
+def test_both_functional_forms_keep_type_dtype_and_odd_shapes(dtype: torch.dtype, shape: tuple[int, ...]) -> None:
+    # What Composer's own tests ask of augmix_image and randaugment_image, on tensors.
+    from composer_bridge.functional import randaugment_image
+
+    x = torch.randint(0, 256, shape).to(dtype) if dtype == torch.uint8 else torch.rand(shape).to(dtype)
+    for augment in (augmix_image, randaugment_image):
+        for seed in range(3):
+            out = augment(x, generator=torch.Generator().manual_seed(seed))
+            assert type(out) is torch.Tensor and out.shape == x.shape and out.dtype == dtype
+            assert torch.isfinite(out.float()).all() and 0 <= out.float().min() and out.float().max() <= 255
+
+
 @pytest.mark.parametrize("kwargs, match", [
     ({"severity": 10.5}, r"severity=10.5.*\[0, 10\]"),
     ({"depth": 0}, r"depth=0.*>= 1, or -1"),
