@@ -354,3 +354,28 @@ def test_the_dry_run_switch_is_explicit() -> None:
     """The file runs on a GPU, or on the CPU only when asked; never silently on the wrong device."""
     assert CUDA or DRY_RUN
     assert math.isfinite(float(torch.randn(1, device=DEVICE)))
+
+
+def test_ema_average_follows_the_model_to_the_device_after_a_resume(tmp_path: Path) -> None:
+    """A checkpoint's EMA tensors load on the CPU; from FIT_START on they live where the model does."""
+    seen: dict[str, str] = {}
+
+    def fit(ckpt: Path | None) -> AlgorithmEngineCallback:
+        ema = library.EMA(half_life="2ba")
+        bridge = AlgorithmEngineCallback([ema], seed=1)
+
+        class Probe(L.Callback):
+            def on_train_batch_start(self, trainer: L.Trainer, *args: Any) -> None:
+                if ckpt is not None and "ema" not in seen:
+                    seen["ema"] = next(iter(ema._ema.values())).device.type
+                    seen["model"] = next(trainer.lightning_module.parameters()).device.type
+
+        checkpoints = [L.pytorch.callbacks.ModelCheckpoint(dirpath=tmp_path, every_n_epochs=1, save_top_k=-1)]
+        gpu_trainer(max_epochs=2, limit_train_batches=2, enable_checkpointing=ckpt is None,
+                    callbacks=[bridge, Probe(), *(checkpoints if ckpt is None else [])]).fit(
+            tiny_classifier(), image_loader(n=32), ckpt_path=ckpt)
+        return bridge
+
+    fit(None)
+    fit(min(tmp_path.glob("*.ckpt"), key=lambda p: p.stat().st_mtime))
+    assert seen == {"ema": DEVICE, "model": DEVICE}
