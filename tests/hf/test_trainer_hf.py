@@ -176,3 +176,16 @@ def test_selective_backprop_prunes_hf_batches_by_per_example_loss(gpt2):
     batch = trained[0]
     assert batch["input_ids"].shape == (4, SEQ) and torch.equal(batch["input_ids"], batch["labels"])
     assert all(any(torch.equal(row, original) for original in rows) for row in batch["input_ids"])
+
+
+def test_gpt_recipe_in_bf16_mixed_puts_hf_layernorms_in_low_precision(gpt2):
+    from composer_bridge.algorithms.low_precision_layernorm import LPLayerNorm
+
+    module = HuggingFaceModel(gpt2())
+    algorithms = recipes.language("gpt", max_seq_length=SEQ)  # GradientClipping, LowPrecisionLayerNorm, Alibi
+    trainer = quiet_trainer(max_steps=2, precision="bf16-mixed", callbacks=[AlgorithmEngineCallback(algorithms)])
+    trainer.fit(module, token_loader())
+    norms = [m for m in module.model.modules() if isinstance(m, torch.nn.LayerNorm)]
+    assert len(norms) == 5 and all(isinstance(m, LPLayerNorm) for m in norms)
+    assert isinstance(module.model.transformer.h[1].attn, AlibiGPT2Attention)
+    assert all(torch.isfinite(p).all() for p in module.model.parameters())
