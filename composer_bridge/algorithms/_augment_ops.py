@@ -420,7 +420,7 @@ def _grouped_step(images: torch.Tensor, names: Sequence[str], choice: torch.Tens
     order = torch.argsort(choice, stable=True)
     counts = torch.bincount(choice + 1, minlength=len(names) + 1).tolist()
     groups = dict(enumerate(order.split(counts), start=-1))  # op index -> the images that chose it
-    out = torch.empty_like(images)
+    out = torch.empty(images.shape, dtype=images.dtype, device=images.device)  # contiguous, whatever the input
     flat_out = out.view(n, -1)
 
     def put(index: torch.Tensor, result: torch.Tensor) -> None:

@@ -74,6 +74,14 @@ def test_shapes_dtypes_and_depth_zero() -> None:
     assert randaugment_image(x.to(torch.bfloat16), depth=1).dtype == torch.bfloat16
 
 
+def test_a_channels_last_batch_gives_the_same_images_in_its_own_layout() -> None:
+    x = images()
+    channels_last = x.to(memory_format=torch.channels_last)
+    out = randaugment_image(channels_last, generator=torch.Generator().manual_seed(2))
+    assert out.is_contiguous(memory_format=torch.channels_last)
+    torch.testing.assert_close(out, randaugment_image(x, generator=torch.Generator().manual_seed(2)), rtol=0, atol=1e-6)
+
+
 def test_an_explicit_list_of_ops_is_drawn_from() -> None:
     x = images()
     out = randaugment_image(x, severity=9, depth=1, augmentation_set=["solarize"],
