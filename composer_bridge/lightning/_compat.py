@@ -99,10 +99,21 @@ def ddp_kwargs(strategy: Any) -> dict[str, Any] | None:
     """The keyword arguments a DDP strategy will pass to ``DistributedDataParallel`` (mutable), or ``None``.
 
     Assumption: ``DDPStrategy`` keeps them in ``_ddp_kwargs`` until it wraps the model, which it
-    does after ``Callback.setup``. ``None`` for strategies without it (single device, FSDP, ...).
+    does after ``Callback.setup``. ``None`` for strategies that are not DDP (single device, FSDP, ...);
+    a DDP strategy without them raises, so ``find_unused_parameters`` is never skipped silently.
     """
+    from lightning.pytorch.strategies import DDPStrategy
+
     kwargs = getattr(strategy, "_ddp_kwargs", None)
-    return kwargs if isinstance(kwargs, dict) else None
+    if isinstance(kwargs, dict):
+        return kwargs
+    if isinstance(strategy, DDPStrategy):
+        raise RuntimeError(
+            f"composer_bridge cannot read {type(strategy).__name__}'s DDP arguments in this Lightning version, so it "
+            "cannot set find_unused_parameters=True for algorithms that leave parameters without gradients. Use "
+            "strategy='ddp_find_unused_parameters_true' (or DDPStrategy(find_unused_parameters=True)) and report this."
+        )
+    return None
 
 
 def restores_checkpoint_after_setup(strategy: Any) -> bool:

@@ -287,8 +287,10 @@ class AlgorithmEngineCallback(L.Callback):
     def _configure_ddp(self, trainer: L.Trainer) -> None:
         assert self.state is not None
         needy = [type(a).__name__ for a in self.state.algorithms if a.find_unused_parameters]
+        if not needy:
+            return
         kwargs = _compat.ddp_kwargs(trainer.strategy)
-        if not needy or kwargs is None:
+        if kwargs is None:  # not DDP: nothing to tell
             return
         if "find_unused_parameters" not in kwargs:
             kwargs["find_unused_parameters"] = True

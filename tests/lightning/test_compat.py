@@ -103,6 +103,9 @@ def test_ddp_kwargs_are_the_dict_ddp_will_be_built_with() -> None:
     kwargs["find_unused_parameters"] = True
     assert _compat.ddp_kwargs(strategy) == {"find_unused_parameters": True}, "must be the strategy's own dict"
     assert _compat.ddp_kwargs(L.pytorch.strategies.SingleDeviceStrategy("cpu")) is None
+    del strategy._ddp_kwargs  # a Lightning release without it: refused loudly, never skipped
+    with pytest.raises(RuntimeError, match="find_unused_parameters"):
+        _compat.ddp_kwargs(strategy)
 
 
 def test_restores_checkpoint_after_setup_is_known_for_strategies() -> None:
