@@ -40,6 +40,9 @@ RECIPES = ("none", "mild", "medium", "hot")
 DIGITS_OVERRIDES: dict[str, Any] = {
     "ema": {"half_life": "auto", "update_interval": "3ba"},
     "progressive_resizing": {"initial_scale": 0.75, "size_increment": 2},
+    # The digits are normalised (zero mean, unit variance); RandAugment works on [0, 1] pixels, so it
+    # is told the normalisation (the training split's mean and std in [0, 1] units) to undo and redo.
+    "randaugment": {"mean": 0.3056, "std": 0.3761},
 }
 
 
