@@ -24,14 +24,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from composer_bridge.algorithms.label_smoothing import targets_as_probabilities
-from composer_bridge.algorithms.mixup import (
-    check_alpha,
-    loss_against,
-    random_permutation,
-    require_tensors,
-    sample_beta,
-)
+from composer_bridge.algorithms._boxes import Box, random_box
+from composer_bridge.algorithms._draws import random_permutation, sample_beta
+from composer_bridge.algorithms._mixing import check_alpha, loss_against, require_tensors
+from composer_bridge.algorithms._targets import targets_as_probabilities
 from composer_bridge.core.algorithm import Algorithm
 from composer_bridge.core.batch import BatchKey
 from composer_bridge.core.event import Event
@@ -41,35 +37,6 @@ if TYPE_CHECKING:
     from composer_bridge.core.state import State
 
 __all__ = ["CutMix", "cutmix_batch"]
-
-Box = tuple[int, int, int, int]
-
-
-def random_int(low: int, high: int, generator: torch.Generator | None) -> int:
-    """A uniform int in ``[low, high)`` drawn from ``generator`` (a CPU generator involves no device)."""
-    device = generator.device if generator is not None else "cpu"
-    return int(torch.randint(low, high, (), generator=generator, device=device))
-
-
-def random_box(
-    height: int, width: int, cut_height: int, cut_width: int, uniform_sampling: bool,
-    generator: torch.Generator | None,
-) -> Box:
-    """A ``cut_height x cut_width`` box around a random centre, clipped to the image.
-
-    The centre is uniform over the image, or (``uniform_sampling``) over the image grown by half
-    the box on every side, so that every pixel is equally likely to be covered.
-    """
-    if uniform_sampling:
-        row = random_int(-(cut_height // 2), height + cut_height // 2, generator)
-        col = random_int(-(cut_width // 2), width + cut_width // 2, generator)
-    else:
-        row = random_int(0, height, generator)
-        col = random_int(0, width, generator)
-    return (
-        min(max(row - cut_height // 2, 0), height), min(max(col - cut_width // 2, 0), width),
-        min(max(row + cut_height // 2, 0), height), min(max(col + cut_width // 2, 0), width),
-    )
 
 
 def _box_for_lambda(height: int, width: int, cutmix_lambda: float, uniform_sampling: bool,

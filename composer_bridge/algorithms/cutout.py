@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from composer_bridge.algorithms.cutmix import random_box
+from composer_bridge.algorithms._boxes import random_box
 from composer_bridge.core.algorithm import Algorithm
 from composer_bridge.core.batch import BatchKey
 from composer_bridge.core.event import Event

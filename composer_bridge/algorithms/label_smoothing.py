@@ -17,8 +17,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import torch
-import torch.nn.functional as F
 
+from composer_bridge.algorithms._targets import targets_as_probabilities
 from composer_bridge.core.algorithm import Algorithm
 from composer_bridge.core.batch import BatchKey
 from composer_bridge.core.event import Event
@@ -28,26 +28,6 @@ if TYPE_CHECKING:
     from composer_bridge.core.state import State
 
 __all__ = ["LabelSmoothing", "smooth_labels"]
-
-
-def targets_as_probabilities(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """``target`` as per-class probabilities shaped like ``logits`` (``(N, C, ...)``).
-
-    Class indices (``target.ndim == logits.ndim - 1``, an integer dtype) become one-hot float32
-    vectors along dimension 1, with ``C = logits.shape[1]``; targets already shaped like the
-    logits are returned as floating tensors (their dtype kept, integers become float32).
-    """
-    if target.shape == logits.shape:
-        return target if target.dtype.is_floating_point else target.float()
-    if target.ndim == logits.ndim - 1 and not target.dtype.is_floating_point:
-        one_hot = F.one_hot(target.long(), num_classes=logits.shape[1]).to(torch.float32)
-        return one_hot.movedim(-1, 1) if one_hot.ndim > 2 else one_hot
-    raise ValueError(
-        f"Cannot read targets of shape {tuple(target.shape)} ({target.dtype}) against outputs of shape "
-        f"{tuple(logits.shape)}: expected class indices of shape {tuple(logits.shape[:1] + logits.shape[2:])} "
-        f"(an integer dtype) or probabilities of shape {tuple(logits.shape)}. Check the target_key and that "
-        "the model's outputs are (N, num_classes, ...) logits."
-    )
 
 
 def smooth_labels(logits: torch.Tensor, target: torch.Tensor, smoothing: float = 0.1) -> torch.Tensor:

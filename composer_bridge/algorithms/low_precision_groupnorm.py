@@ -22,10 +22,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from composer_bridge.algorithms.low_precision_layernorm import (
+from composer_bridge.algorithms._low_precision import (
     LowPrecisionNormSurgery,
-    _cast,
     autocast_dtype,
+    cast_if,
     replace_norms_in_low_precision,
 )
 from composer_bridge.algorithms.surgery import Optimizers
@@ -53,7 +53,7 @@ class LPGroupNorm(nn.GroupNorm):
         if dtype is None:
             return super().forward(x)
         with torch.autocast(x.device.type, enabled=False):
-            return F.group_norm(x.to(dtype), self.num_groups, _cast(self.weight, dtype), _cast(self.bias, dtype), self.eps)
+            return F.group_norm(x.to(dtype), self.num_groups, cast_if(self.weight, dtype), cast_if(self.bias, dtype), self.eps)
 
 
 def apply_low_precision_groupnorm(

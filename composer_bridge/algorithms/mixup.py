@@ -16,15 +16,15 @@ Example:
 
 from __future__ import annotations
 
-import copy
-import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 
-from composer_bridge.algorithms.label_smoothing import targets_as_probabilities
+from composer_bridge.algorithms._draws import random_permutation, sample_beta
+from composer_bridge.algorithms._mixing import check_alpha, loss_against, require_tensors
+from composer_bridge.algorithms._targets import targets_as_probabilities
 from composer_bridge.core.algorithm import Algorithm
-from composer_bridge.core.batch import BatchKey, set_batch_item
+from composer_bridge.core.batch import BatchKey
 from composer_bridge.core.event import Event
 
 if TYPE_CHECKING:
@@ -32,67 +32,6 @@ if TYPE_CHECKING:
     from composer_bridge.core.state import State
 
 __all__ = ["MixUp", "mixup_batch"]
-
-
-# --- randomness shared with CutMix --------------------------------------------------------------
-# Scalars (the mixing coefficient, box corners) are drawn on a CPU generator so they are plain
-# Python numbers with no device round trip; tensors (permutations) are drawn on the batch's device.
-
-def _uniform(generator: torch.Generator | None) -> float:
-    """A draw from U(0, 1] (never 0, so its logarithm is finite)."""
-    device = generator.device if generator is not None else "cpu"
-    return 1.0 - float(torch.rand((), generator=generator, device=device, dtype=torch.float64))
-
-
-def _normal(generator: torch.Generator | None) -> float:
-    device = generator.device if generator is not None else "cpu"
-    return float(torch.randn((), generator=generator, device=device, dtype=torch.float64))
-
-
-def _log_gamma(shape: float, generator: torch.Generator | None) -> float:
-    """The logarithm of a Gamma(shape, 1) draw (Marsaglia and Tsang's method; boosted for shape < 1)."""
-    boost = 0.0
-    if shape < 1.0:
-        # Gamma(k) = Gamma(k + 1) * U ** (1 / k); kept in log space so tiny shapes do not underflow.
-        boost = math.log(_uniform(generator)) / shape
-        shape += 1.0
-    d = shape - 1.0 / 3.0
-    c = 1.0 / math.sqrt(9.0 * d)
-    while True:
-        x = _normal(generator)
-        v = (1.0 + c * x) ** 3
-        if v <= 0.0:
-            continue
-        if math.log(_uniform(generator)) < 0.5 * x * x + d - d * v + d * math.log(v):
-            return math.log(d * v) + boost
-
-
-def sample_beta(alpha: float, generator: torch.Generator | None = None) -> float:
-    """A draw from Beta(alpha, alpha) using only ``generator`` (``alpha == 0`` gives 0, as in Composer)."""
-    if alpha == 0:
-        return 0.0
-    difference = _log_gamma(alpha, generator) - _log_gamma(alpha, generator)  # log(X / Y)
-    # X / (X + Y) = sigmoid(log X - log Y), written to avoid overflow either side.
-    if difference >= 0:
-        return 1.0 / (1.0 + math.exp(-difference))
-    ratio = math.exp(difference)
-    return ratio / (1.0 + ratio)
-
-
-def random_permutation(n: int, device: torch.device, generator: torch.Generator | None) -> torch.Tensor:
-    """A permutation of ``range(n)`` on ``device``, drawn from ``generator`` (moved if it lives elsewhere)."""
-    if generator is None:
-        return torch.randperm(n, device=device)
-    return torch.randperm(n, generator=generator, device=generator.device).to(device)
-
-
-def check_alpha(alpha: float, name: str, default: float) -> None:
-    """``alpha`` must be a finite number >= 0 (0 disables the mixing)."""
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 <= alpha < math.inf:
-        raise ValueError(
-            f"{name}(alpha={alpha!r}): alpha must be a finite number >= 0; it is the Beta(alpha, alpha) "
-            f"concentration (0 disables mixing, larger values mix more evenly). The default is {default}."
-        )
 
 
 def _check_mixing(mixing: float) -> None:
@@ -142,31 +81,6 @@ def mixup_batch(
         indices = random_permutation(input.shape[0], input.device, generator)
     mixed = input * (1.0 - mixing) + input[indices] * mixing
     return mixed, target[indices], mixing
-
-
-# --- loss interpolation shared with CutMix ------------------------------------------------------
-
-def loss_against(state: State, target_key: BatchKey, target: torch.Tensor, name: str) -> torch.Tensor:
-    """The model's loss on ``state.outputs`` with the batch's targets replaced by ``target``."""
-    loss_fn = getattr(state.model, "loss", None)
-    if not callable(loss_fn):
-        raise TypeError(
-            f"{name}(interpolate_loss=True) needs the model's loss(outputs, batch), but "
-            f"{type(state.model).__name__} has none. Use a ComposerModule/ComposerClassifier, or "
-            "interpolate_loss=False."
-        )
-    # A shallow copy: the batch the step returns keeps its own targets.
-    batch = set_batch_item(copy.copy(state.batch), target_key, target)
-    return loss_fn(state.outputs, batch)
-
-
-def require_tensors(name: str, **items: Any) -> None:
-    for what, value in items.items():
-        if not isinstance(value, torch.Tensor):
-            raise TypeError(
-                f"{name} mixes one tensor of {what}, got {type(value).__name__}. Point input_key/target_key "
-                "at a tensor in the batch."
-            )
 
 
 class MixUp(Algorithm):

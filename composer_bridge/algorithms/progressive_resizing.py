@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F
 
-from composer_bridge.algorithms.cutmix import random_int
+from composer_bridge.algorithms._draws import random_int
 from composer_bridge.algorithms.time_hparams import elapsed_fraction, fraction_of_run, schedule_point
 from composer_bridge.core.algorithm import Algorithm
 from composer_bridge.core.batch import BatchKey

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 import composer_bridge.algorithms.cutmix as cutmix_module
 from composer_bridge import ComposerClassifier, Event, Logger, State
 from composer_bridge.algorithms import CutMix
-from composer_bridge.algorithms.cutmix import random_box
+from composer_bridge.algorithms._boxes import random_box
 from composer_bridge.functional import cutmix_batch
 
 

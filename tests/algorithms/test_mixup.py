@@ -12,7 +12,7 @@ import torch.nn.functional as F
 import composer_bridge.algorithms.mixup as mixup_module
 from composer_bridge import ComposerClassifier, Event, Logger, State
 from composer_bridge.algorithms import MixUp
-from composer_bridge.algorithms.mixup import sample_beta
+from composer_bridge.algorithms._draws import sample_beta
 from composer_bridge.functional import mixup_batch
 
 

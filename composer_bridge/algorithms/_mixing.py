@@ -1,0 +1,58 @@
+"""What the example-mixing algorithms (MixUp, CutMix) share: the ``alpha`` check, tensor checks,
+and the loss against the partners' targets for ``interpolate_loss=True``.
+
+Example:
+    >>> import torch
+    >>> check_alpha(0.2, "MixUp", 0.2)  # fine: returns None
+    >>> require_tensors("MixUp", inputs=torch.zeros(2), targets=[0, 1])
+    Traceback (most recent call last):
+    TypeError: MixUp mixes one tensor of targets, got list. Point input_key/target_key at a tensor in the batch.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from composer_bridge.core.batch import BatchKey, set_batch_item
+
+if TYPE_CHECKING:
+    from composer_bridge.core.state import State
+
+__all__ = ["check_alpha", "loss_against", "require_tensors"]
+
+
+def check_alpha(alpha: float, name: str, default: float) -> None:
+    """``alpha`` must be a finite number >= 0 (0 disables the mixing)."""
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 <= alpha < math.inf:
+        raise ValueError(
+            f"{name}(alpha={alpha!r}): alpha must be a finite number >= 0; it is the Beta(alpha, alpha) "
+            f"concentration (0 disables mixing, larger values mix more evenly). The default is {default}."
+        )
+
+
+def loss_against(state: State, target_key: BatchKey, target: torch.Tensor, name: str) -> torch.Tensor:
+    """The model's loss on ``state.outputs`` with the batch's targets replaced by ``target``."""
+    loss_fn = getattr(state.model, "loss", None)
+    if not callable(loss_fn):
+        raise TypeError(
+            f"{name}(interpolate_loss=True) needs the model's loss(outputs, batch), but "
+            f"{type(state.model).__name__} has none. Use a ComposerModule/ComposerClassifier, or "
+            "interpolate_loss=False."
+        )
+    # A shallow copy: the batch the step returns keeps its own targets.
+    batch = set_batch_item(copy.copy(state.batch), target_key, target)
+    return loss_fn(state.outputs, batch)
+
+
+def require_tensors(name: str, **items: Any) -> None:
+    """Raise ``TypeError`` naming ``name`` and the item when any of ``items`` is not a tensor."""
+    for what, value in items.items():
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(
+                f"{name} mixes one tensor of {what}, got {type(value).__name__}. Point input_key/target_key "
+                "at a tensor in the batch."
+            )
