@@ -1,11 +1,19 @@
 """The algorithm library: one module per algorithm, Composer's names and defaults.
 
 Each module holds a functional form (also exported from :mod:`composer_bridge.functional`) and
-an :class:`~composer_bridge.Algorithm` class. None of them imports Lightning.
+an :class:`~composer_bridge.Algorithm` class. None of them imports Lightning, and none imports
+another algorithm module: what several share lives in private modules (``_surgery``,
+``_schedule``, ``_draws``, ...). The surgery base class for your own algorithms,
+:class:`SurgeryAlgorithm`, its :func:`replace_modules` and :class:`NoEffectWarning` are
+re-exported here.
 """
 
 # Each algorithm module adds one import line below and its name to __all__ (keep both sorted).
-# __all__ lists Algorithm classes only (tests iterate it); dataset transforms are re-exported with `as`.
+# __all__ lists Algorithm classes only (tests iterate it); dataset transforms and the surgery tools are
+# re-exported with `as`.
+from composer_bridge.algorithms._surgery import NoEffectWarning as NoEffectWarning
+from composer_bridge.algorithms._surgery import SurgeryAlgorithm as SurgeryAlgorithm
+from composer_bridge.algorithms._surgery import replace_modules as replace_modules
 from composer_bridge.algorithms.alibi import Alibi
 from composer_bridge.algorithms.augmix import AugmentAndMixTransform as AugmentAndMixTransform
 from composer_bridge.algorithms.augmix import AugMix

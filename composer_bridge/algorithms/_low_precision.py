@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from composer_bridge.algorithms.surgery import (
+from composer_bridge.algorithms._surgery import (
     NoEffectWarning,
     Optimizers,
     SurgeryAlgorithm,

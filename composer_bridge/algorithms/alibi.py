@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from composer_bridge.algorithms.surgery import (
+from composer_bridge.algorithms._surgery import (
     Optimizers,
     SurgeryAlgorithm,
     disable_fused_transformer_paths,

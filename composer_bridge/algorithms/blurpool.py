@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.modules.utils import _pair
 
-from composer_bridge.algorithms.surgery import Optimizers, SurgeryAlgorithm, replace_modules, warn_no_effect
+from composer_bridge.algorithms._surgery import Optimizers, SurgeryAlgorithm, replace_modules, warn_no_effect
 
 if TYPE_CHECKING:
     from composer_bridge.core.state import State

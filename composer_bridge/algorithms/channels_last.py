@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from composer_bridge.algorithms.surgery import SurgeryAlgorithm, warn_no_effect
+from composer_bridge.algorithms._surgery import SurgeryAlgorithm, warn_no_effect
 
 if TYPE_CHECKING:
     from composer_bridge.core.state import State

@@ -29,7 +29,7 @@ from torch import nn
 from torch.nn.modules.utils import _pair
 
 from composer_bridge.algorithms._low_rank import LowRankSolution, factorize_conv2d, factorize_matrix
-from composer_bridge.algorithms.surgery import (
+from composer_bridge.algorithms._surgery import (
     Optimizers,
     SurgeryAlgorithm,
     disable_fused_transformer_paths,

@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from composer_bridge.algorithms.surgery import (
+from composer_bridge.algorithms._surgery import (
     Optimizers,
     SurgeryAlgorithm,
     disable_fused_transformer_paths,

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from composer_bridge.algorithms.surgery import Optimizers, SurgeryAlgorithm, replace_modules, warn_no_effect
+from composer_bridge.algorithms._surgery import Optimizers, SurgeryAlgorithm, replace_modules, warn_no_effect
 
 if TYPE_CHECKING:
     from composer_bridge.core.state import State

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from composer_bridge.algorithms.surgery import SurgeryAlgorithm, replace_modules, warn_no_effect
+from composer_bridge.algorithms._surgery import SurgeryAlgorithm, replace_modules, warn_no_effect
 from composer_bridge.core.event import Event
 from composer_bridge.core.time import TimeUnit
 

@@ -30,7 +30,7 @@ from composer_bridge.algorithms._low_precision import (
     cast_if,
     replace_norms_in_low_precision,
 )
-from composer_bridge.algorithms.surgery import Optimizers
+from composer_bridge.algorithms._surgery import Optimizers
 
 if TYPE_CHECKING:
     from composer_bridge.core.state import State

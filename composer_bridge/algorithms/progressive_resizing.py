@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from composer_bridge.algorithms._draws import random_int
-from composer_bridge.algorithms.time_hparams import elapsed_fraction, fraction_of_run, schedule_point
+from composer_bridge.algorithms._schedule import elapsed_fraction, fraction_of_run, schedule_point
 from composer_bridge.core.algorithm import Algorithm
 from composer_bridge.core.batch import BatchKey
 from composer_bridge.core.event import Event

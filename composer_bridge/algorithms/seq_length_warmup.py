@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from composer_bridge.algorithms.time_hparams import schedule_point
+from composer_bridge.algorithms._schedule import schedule_point
 from composer_bridge.core.algorithm import Algorithm
 from composer_bridge.core.event import Event
 from composer_bridge.core.time import TimeUnit

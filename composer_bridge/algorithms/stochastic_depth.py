@@ -37,8 +37,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from composer_bridge.algorithms.surgery import SurgeryAlgorithm, replace_modules, warn_no_effect
-from composer_bridge.algorithms.time_hparams import schedule_point
+from composer_bridge.algorithms._schedule import schedule_point
+from composer_bridge.algorithms._surgery import SurgeryAlgorithm, replace_modules, warn_no_effect
 from composer_bridge.core.event import Event
 from composer_bridge.core.time import Time, TimeUnit
 from composer_bridge.models.resnet import BasicBlock

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from composer_bridge.algorithms.time_hparams import parse_time_hparam
+from composer_bridge.algorithms._schedule import parse_time_hparam
 from composer_bridge.core.algorithm import Algorithm
 from composer_bridge.core.event import Event
 from composer_bridge.core.logger import Logger

@@ -22,7 +22,7 @@ import torch
 import torch.nn.utils.parametrize as parametrize
 from torch import nn
 
-from composer_bridge.algorithms.surgery import SurgeryAlgorithm, warn_no_effect
+from composer_bridge.algorithms._surgery import SurgeryAlgorithm, warn_no_effect
 
 if TYPE_CHECKING:
     from composer_bridge.core.state import State

@@ -8,9 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-from composer_bridge.algorithms import Alibi
+from composer_bridge.algorithms import Alibi, NoEffectWarning
 from composer_bridge.algorithms.alibi import AlibiCausalSelfAttention, AlibiMultiheadAttention, alibi_slopes
-from composer_bridge.algorithms.surgery import NoEffectWarning
 from composer_bridge.core import Event, Logger, State
 from composer_bridge.functional import apply_alibi
 from composer_bridge.models import GPT

@@ -9,9 +9,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from composer_bridge.algorithms import BlurPool
+from composer_bridge.algorithms import BlurPool, NoEffectWarning
 from composer_bridge.algorithms.blurpool import BlurConv2d, BlurMaxPool2d, BlurPool2d, blur_2d, blurmax_pool2d
-from composer_bridge.algorithms.surgery import NoEffectWarning
 from composer_bridge.functional import apply_blurpool
 
 

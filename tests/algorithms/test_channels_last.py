@@ -7,8 +7,7 @@ import copy
 import pytest
 import torch
 
-from composer_bridge.algorithms import ChannelsLast
-from composer_bridge.algorithms.surgery import NoEffectWarning
+from composer_bridge.algorithms import ChannelsLast, NoEffectWarning
 from composer_bridge.functional import apply_channels_last
 from composer_bridge.models import ResNetCNN
 

@@ -8,9 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-from composer_bridge.algorithms import Factorize
+from composer_bridge.algorithms import Factorize, NoEffectWarning
 from composer_bridge.algorithms.factorize import FactorizedConv2d, FactorizedLinear, factorizing_could_speedup
-from composer_bridge.algorithms.surgery import NoEffectWarning
 from composer_bridge.functional import apply_factorization, factorize_conv2d, factorize_matrix
 from composer_bridge.models import GPT
 

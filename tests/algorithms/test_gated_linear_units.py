@@ -7,9 +7,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from composer_bridge.algorithms import GatedLinearUnits
+from composer_bridge.algorithms import GatedLinearUnits, NoEffectWarning
 from composer_bridge.algorithms.gated_linear_units import GatedFeedForward, GatedProjection
-from composer_bridge.algorithms.surgery import NoEffectWarning
 from composer_bridge.functional import apply_gated_linear_units
 from composer_bridge.models import GPT
 

@@ -8,9 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-from composer_bridge.algorithms import GhostBatchNorm
+from composer_bridge.algorithms import GhostBatchNorm, NoEffectWarning
 from composer_bridge.algorithms.ghost_batchnorm import GhostBatchNormWrapper
-from composer_bridge.algorithms.surgery import NoEffectWarning
 from composer_bridge.functional import apply_ghost_batchnorm
 
 

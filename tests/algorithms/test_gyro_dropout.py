@@ -6,9 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from composer_bridge.algorithms import GyroDropout
+from composer_bridge.algorithms import GyroDropout, NoEffectWarning
 from composer_bridge.algorithms.gyro_dropout import GyroDropoutLayer, gyro_period
-from composer_bridge.algorithms.surgery import NoEffectWarning
 from composer_bridge.core import Event, Logger, State, Timestamp
 from composer_bridge.functional import apply_gyro_dropout
 

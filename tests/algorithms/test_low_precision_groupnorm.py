@@ -6,9 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from composer_bridge.algorithms import LowPrecisionGroupNorm
+from composer_bridge.algorithms import LowPrecisionGroupNorm, NoEffectWarning
 from composer_bridge.algorithms.low_precision_groupnorm import LPGroupNorm
-from composer_bridge.algorithms.surgery import NoEffectWarning
 from composer_bridge.functional import apply_low_precision_groupnorm, apply_low_precision_layernorm
 
 

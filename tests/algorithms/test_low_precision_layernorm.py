@@ -8,9 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-from composer_bridge.algorithms import LowPrecisionLayerNorm
+from composer_bridge.algorithms import LowPrecisionLayerNorm, NoEffectWarning
 from composer_bridge.algorithms.low_precision_layernorm import LPLayerNorm
-from composer_bridge.algorithms.surgery import NoEffectWarning
 from composer_bridge.core.event import Event
 from composer_bridge.functional import apply_low_precision_layernorm
 

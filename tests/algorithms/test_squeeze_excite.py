@@ -6,9 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from composer_bridge.algorithms import SqueezeExcite
+from composer_bridge.algorithms import NoEffectWarning, SqueezeExcite
 from composer_bridge.algorithms.squeeze_excite import SqueezeExciteConv2d
-from composer_bridge.algorithms.surgery import NoEffectWarning
 from composer_bridge.functional import apply_squeeze_excite
 
 

@@ -8,9 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-from composer_bridge.algorithms import StochasticDepth
+from composer_bridge.algorithms import NoEffectWarning, StochasticDepth
 from composer_bridge.algorithms.stochastic_depth import StochasticBlock
-from composer_bridge.algorithms.surgery import NoEffectWarning
 from composer_bridge.core import Event, Logger, State, Timestamp
 from composer_bridge.functional import apply_stochastic_depth
 from composer_bridge.models import ResNetCNN

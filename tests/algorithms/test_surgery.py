@@ -9,10 +9,10 @@ import pytest
 import torch
 from torch import nn
 
-from composer_bridge.algorithms.surgery import replace_modules
+from composer_bridge.algorithms import replace_modules
 
 SURGERY_MODULES = [
-    "composer_bridge.algorithms.surgery", "composer_bridge.algorithms.blurpool",
+    "composer_bridge.algorithms._surgery", "composer_bridge.algorithms.blurpool",
     "composer_bridge.algorithms.channels_last", "composer_bridge.algorithms.squeeze_excite",
     "composer_bridge.algorithms.stochastic_depth", "composer_bridge.algorithms.ghost_batchnorm",
     "composer_bridge.algorithms.weight_standardization", "composer_bridge.algorithms.factorize",

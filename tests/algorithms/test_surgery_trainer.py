@@ -221,7 +221,7 @@ def test_ddp_two_processes_with_surgery_and_block_stochastic_depth_end_identical
 
 def test_cases_cover_every_surgery_algorithm() -> None:
     import composer_bridge.algorithms as library
-    from composer_bridge.algorithms.surgery import SurgeryAlgorithm
+    from composer_bridge.algorithms import SurgeryAlgorithm
 
     surgery = {n for n in library.__all__ if issubclass(getattr(library, n), SurgeryAlgorithm)}
     assert surgery == set(CASES)

@@ -7,8 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from composer_bridge.algorithms import WeightStandardization
-from composer_bridge.algorithms.surgery import NoEffectWarning
+from composer_bridge.algorithms import NoEffectWarning, WeightStandardization
 from composer_bridge.functional import apply_weight_standardization
 
 

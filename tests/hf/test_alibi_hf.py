@@ -9,8 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import composer_bridge.hf as hf
-from composer_bridge.algorithms import Alibi
-from composer_bridge.algorithms.surgery import NoEffectWarning
+from composer_bridge.algorithms import Alibi, NoEffectWarning
 from composer_bridge.functional import apply_alibi
 
 

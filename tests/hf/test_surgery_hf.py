@@ -7,9 +7,9 @@ import torch
 import torch.nn.functional as F
 
 import composer_bridge.hf as hf
+from composer_bridge.algorithms import NoEffectWarning
 from composer_bridge.algorithms.gated_linear_units import GatedProjection
 from composer_bridge.algorithms.low_precision_layernorm import LPLayerNorm
-from composer_bridge.algorithms.surgery import NoEffectWarning
 from composer_bridge.functional import (
     apply_factorization,
     apply_gated_linear_units,

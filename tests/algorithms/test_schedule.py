@@ -7,14 +7,14 @@ from typing import Any
 
 import pytest
 
-import composer_bridge.algorithms.time_hparams as time_hparams_module
+import composer_bridge.algorithms._schedule as schedule_module
 from composer_bridge.algorithms import (
     ProgressiveResizing,
     SelectiveBackprop,
     SeqLengthWarmup,
     StochasticDepth,
 )
-from composer_bridge.algorithms.time_hparams import schedule_point
+from composer_bridge.algorithms._schedule import schedule_point
 from composer_bridge.core.time import Time, TimeUnit
 
 SCHEDULED = [
@@ -54,4 +54,4 @@ def test_fractions_beyond_the_run_are_refused_except_for_a_warmup_that_may_outla
 
 
 def test_docstring_examples_run() -> None:
-    assert doctest.testmod(time_hparams_module).failed == 0
+    assert doctest.testmod(schedule_module).failed == 0
