@@ -8,13 +8,14 @@ curve lies above (vision) or below (language) the baseline's.
 Two tasks on data that ships with the installed packages:
 
 - **vision**: ``ResNetCNN(widths=(16, 32))`` on scikit-learn's 8x8 digits (``examples/vision.py``'s
-  set-up, narrower: SGD, one-cycle learning rate, batch 64), budgets in optimizer steps from half an epoch (12 steps) to 8 epochs
-  (184 steps); quality = validation accuracy (360 images). The
+  set-up, narrower: SGD, one-cycle learning rate, batch 64), budgets of 12, 23, 46 and 92
+  optimizer steps (half an epoch to 4 epochs); quality = validation accuracy (360 images). The
   recipes are ``recipes.vision(name, total_steps=...)`` with the image-size adjustments of
   ``examples/vision.py`` (ProgressiveResizing from 6x6 in 2-pixel steps).
-- **language**: a character-level GPT on Python's standard-library source
-  (``examples/language.py``), budgets in optimizer steps; quality = validation bits per character
-  (lower is better), on the whole validation split at full context.
+- **language**: a 2-layer character-level GPT (d_model 64, context 128, batch 4) on Python's
+  standard-library source (``examples/language.py``), budgets of 25, 50, 100 and 200 steps;
+  quality = validation bits per character (lower is better), on the whole validation split at
+  full context. Recipes: ``gpt-fast``, and ``gpt-fast`` with ALiBi's shorter training sequences.
 
 For each seed, the **strict speed-up** of a recipe is: take the baseline's best quality Q over
 its budgets; the baseline's training time to reach Q on its own curve, divided by the recipe's
@@ -29,8 +30,8 @@ the load average is recorded at every run.
 After the grid, the recipe with the best mean strict speed-up on each task is ablated: each of its
 algorithms left out in turn, at the middle budget, same seeds.
 
-    python benchmarks/pareto.py                 # full: ~20 min on 2 CPU cores
-    python benchmarks/pareto.py --quick         # ~2 min: 3 budgets, 2 seeds, fewer recipes
+    python benchmarks/pareto.py                 # full: about 6 CPU-minutes (22 min at load average 13)
+    python benchmarks/pareto.py --quick         # 3 budgets, 2 seeds, fewer recipes: 1.4 CPU-minutes
     python benchmarks/pareto.py --tasks language --seeds 5
     python benchmarks/pareto.py --replot outputs/pareto/runs.json   # tables and PNGs, no training
 
