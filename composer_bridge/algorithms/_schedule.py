@@ -3,7 +3,9 @@
 :func:`parse_time_hparam` takes time strings in chosen units (EMA, SWA); :func:`schedule_point`
 takes a fraction of the run or a time string in ``dur``/``ep``/``ba`` (ProgressiveResizing,
 SelectiveBackprop, StochasticDepth, SeqLengthWarmup); :func:`fraction_of_run` and
-:func:`elapsed_fraction` place such points in a run.
+:func:`elapsed_fraction` place such points in a run. :func:`in_unit` (and :func:`steps_of`, its
+form for optimizer steps) is the one place where epochs and batches are converted, with the
+run's ``dataloader_len`` (optimizer steps per epoch).
 
 Example:
     >>> from composer_bridge.core.time import TimeUnit
@@ -11,6 +13,11 @@ Example:
     Time(0.1, TimeUnit.DURATION)
     >>> schedule_point(0.5, "delay", "ProgressiveResizing"), schedule_point("3ep", "end", "SelectiveBackprop")
     (Time(0.5, TimeUnit.DURATION), Time(3, TimeUnit.EPOCH))
+    >>> from composer_bridge.core.state import State
+    >>> import torch
+    >>> state = State(torch.nn.Linear(1, 1), max_duration="4ep", dataloader_len=25)
+    >>> steps_of(Time(2, TimeUnit.EPOCH), state), steps_of(Time(0.5, TimeUnit.DURATION), state)
+    (50.0, 50.0)
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ from composer_bridge.core.time import Time, TimeUnit
 if TYPE_CHECKING:
     from composer_bridge.core.state import State
 
-__all__ = ["elapsed_fraction", "fraction_of_run", "parse_time_hparam", "schedule_point"]
+__all__ = ["elapsed_fraction", "fraction_of_run", "in_unit", "parse_time_hparam", "schedule_point", "steps_of"]
 
 
 def parse_time_hparam(owner: str, name: str, value: object, units: tuple[TimeUnit, ...], example: str = "") -> Time:
@@ -70,6 +77,35 @@ def schedule_point(value: float | str | Time, name: str, where: str, at_most_one
     return point
 
 
+def in_unit(time: Time, unit: TimeUnit, state: State) -> float | None:
+    """``time`` (``ba``, ``ep`` or ``dur``) counted in ``unit`` (``ba`` or ``ep``); ``None`` if that is unknown.
+
+    Epochs and batches convert with ``state.dataloader_len`` (optimizer steps per epoch); a
+    fraction of the run (``dur``) is that fraction of ``state.max_duration`` in ``unit``. Unknown:
+    no ``dataloader_len`` where a conversion needs one, no ``max_duration`` for a fraction, or
+    units that do not convert (samples, tokens, seconds).
+    """
+    if time.unit == unit:
+        return float(time.value)
+    if time.unit == TimeUnit.DURATION:
+        total = state.max_duration
+        whole = None if total is None else in_unit(total, unit, state)
+        return None if whole is None else float(time.value) * whole
+    per_epoch = state.dataloader_len
+    if not per_epoch or per_epoch <= 0:
+        return None
+    if time.unit == TimeUnit.EPOCH and unit == TimeUnit.BATCH:
+        return float(time.value) * per_epoch
+    if time.unit == TimeUnit.BATCH and unit == TimeUnit.EPOCH:
+        return float(time.value) / per_epoch
+    return None
+
+
+def steps_of(time: Time, state: State) -> float | None:
+    """``time`` (``ba``, ``ep`` or ``dur``) in optimizer steps, or ``None`` when it cannot be known (:func:`in_unit`)."""
+    return in_unit(time, TimeUnit.BATCH, state)
+
+
 def fraction_of_run(point: Time, state: State, where: str) -> float:
     """``point`` as a fraction of the run's ``max_duration`` (``dur`` points are already fractions)."""
     if point.unit == TimeUnit.DURATION:
@@ -82,11 +118,9 @@ def fraction_of_run(point: Time, state: State, where: str) -> float:
         )
     if point.unit == total.unit:
         return min(float(point.value) / float(total.value), 1.0) if total.value else 1.0
-    steps_per_epoch = state.dataloader_len
-    if steps_per_epoch and {point.unit, total.unit} == {TimeUnit.EPOCH, TimeUnit.BATCH}:
-        if point.unit == TimeUnit.EPOCH:
-            return min(float(point.value) * steps_per_epoch / float(total.value), 1.0)
-        return min(float(point.value) / (steps_per_epoch * float(total.value)), 1.0)
+    point_steps, total_steps = steps_of(point, state), steps_of(total, state)
+    if point_steps is not None and total_steps is not None:
+        return min(point_steps / total_steps, 1.0)
     raise ValueError(
         f"{where} cannot convert {point} into a fraction of a run of {total}; give it as a fraction ('0.5dur') "
         f"or in '{total.unit.value}'."

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from composer_bridge.algorithms._schedule import parse_time_hparam
+from composer_bridge.algorithms._schedule import in_unit, parse_time_hparam
 from composer_bridge.core.algorithm import Algorithm
 from composer_bridge.core.event import Event
 from composer_bridge.core.logger import Logger
@@ -83,38 +83,6 @@ def compute_ema(
                 average.copy_(average * smoothing + current * (1.0 - smoothing))
             else:
                 average.copy_(current)
-
-
-def _run_length(state: State, unit: TimeUnit) -> float | None:
-    """The whole run's length in ``unit`` ('ba' or 'ep'), or ``None`` when the loop does not say."""
-    duration = state.max_duration
-    if duration is None:
-        return None
-    per_epoch = state.dataloader_len
-    if duration.unit == unit:
-        return float(duration.value)
-    if per_epoch is None or per_epoch <= 0:
-        return None
-    if duration.unit == TimeUnit.EPOCH and unit == TimeUnit.BATCH:
-        return float(duration.value) * per_epoch
-    if duration.unit == TimeUnit.BATCH and unit == TimeUnit.EPOCH:
-        return float(duration.value) / per_epoch
-    return None
-
-
-def _in_unit(time: Time, unit: TimeUnit, state: State) -> float | None:
-    """``time`` ('ba', 'ep' or 'dur') expressed in ``unit`` ('ba' or 'ep'), or ``None`` if unknown."""
-    if time.unit == unit:
-        return float(time.value)
-    if time.unit == TimeUnit.DURATION:
-        total = _run_length(state, unit)
-        return None if total is None else float(time.value) * total
-    per_epoch = state.dataloader_len
-    if per_epoch is None or per_epoch <= 0:
-        return None
-    if time.unit == TimeUnit.EPOCH:
-        return float(time.value) * per_epoch
-    return float(time.value) / per_epoch
 
 
 class EMA(Algorithm):
@@ -216,15 +184,15 @@ class EMA(Algorithm):
         if state is None:
             raise ValueError(f"EMA(half_life={self.half_life!r}) needs the run's length to resolve its half-life.")
         if self._half_life is not None:  # a fraction of the run
-            half_life = _in_unit(self._half_life, unit, state)
+            half_life = in_unit(self._half_life, unit, state)
             if half_life is None:
                 raise ValueError(
                     f"EMA(half_life={self.half_life!r}): the run's length in '{unit.value}' is unknown (max_duration="
                     f"{state.max_duration}, steps per epoch={state.dataloader_len}); give the half-life in '{unit.value}'."
                 )
         else:  # 'auto'
-            fraction = _in_unit(Time(AUTO_HALF_LIFE_FRACTION, TimeUnit.DURATION), unit, state)
-            cap = _in_unit(AUTO_HALF_LIFE_CAP, unit, state)
+            fraction = in_unit(Time(AUTO_HALF_LIFE_FRACTION, TimeUnit.DURATION), unit, state)
+            cap = in_unit(AUTO_HALF_LIFE_CAP, unit, state)
             if fraction is None:
                 warnings.warn(
                     f"EMA(half_life='auto'): the run's length is unknown (max_duration={state.max_duration}, steps per "
@@ -237,7 +205,7 @@ class EMA(Algorithm):
         return 2.0 ** (-interval / max(half_life, interval))
 
     def _warn_if_long(self, state: State, smoothing: float) -> None:
-        total = _run_length(state, self._interval.unit)
+        total = in_unit(Time(1.0, TimeUnit.DURATION), self._interval.unit, state)  # the whole run
         if total is None or smoothing <= 0.0:
             return
         half_life = float(self._interval.value) * math.log(0.5) / math.log(smoothing)

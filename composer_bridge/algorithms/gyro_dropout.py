@@ -29,9 +29,9 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
+from composer_bridge.algorithms._schedule import steps_of
 from composer_bridge.algorithms._surgery import SurgeryAlgorithm, replace_modules, warn_no_effect
 from composer_bridge.core.event import Event
-from composer_bridge.core.time import TimeUnit
 
 if TYPE_CHECKING:
     from composer_bridge.core.logger import Logger
@@ -216,14 +216,9 @@ class GyroDropout(SurgeryAlgorithm):
         )
 
     def _total_steps(self, state: State) -> int | None:
-        duration = state.max_duration
-        if duration is None:
-            return None
-        if duration.unit == TimeUnit.BATCH:
-            return int(duration.value)
-        if duration.unit == TimeUnit.EPOCH and state.dataloader_len:
-            return int(duration.value) * int(state.dataloader_len)
-        return None
+        total = state.max_duration
+        steps = None if total is None else steps_of(total, state)
+        return None if steps is None else int(steps)
 
     def apply(self, event: Event, state: State, logger: Logger) -> None:
         if event == Event.INIT:
