@@ -238,3 +238,10 @@ def test_total_steps_must_be_a_positive_int(bad: object) -> None:
         recipes.vision("mild", total_steps=bad)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"total_steps"):
         recipes.language("gpt", max_seq_length=64, total_steps=bad)  # type: ignore[arg-type]
+
+
+def test_the_module_examples_run() -> None:
+    import doctest
+
+    result = doctest.testmod(recipes, optionflags=doctest.ELLIPSIS)
+    assert result.attempted >= 8 and result.failed == 0
