@@ -100,9 +100,9 @@ def alibi_attention_mask(
 class AlibiAttention(nn.Module):
     """Mixed in before a Hugging Face attention class: its ``forward`` with ALiBi added to the mask.
 
-    Subclasses are ``class AlibiX(AlibiAttention, X)``; instances are made by
-    :func:`convert_attention` from an existing ``X`` (the class is swapped in place and a
-    non-persistent ``alibi_slopes`` buffer added). ``forward`` binds its arguments to ``X.forward``'s
+    Subclasses are ``class AlibiX(AlibiAttention, X)``; instances are made by :func:`to_alibi`
+    (which :func:`convert_attention` calls for the known classes) from an existing ``X``: the class
+    is swapped in place and a non-persistent ``alibi_slopes`` buffer added. ``forward`` binds its arguments to ``X.forward``'s
     signature, so the keyword or positional order of the Hugging Face version does not matter.
     """
 
