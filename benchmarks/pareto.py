@@ -381,7 +381,7 @@ def summarise(task: Task | dict[str, Any], runs: list[Run]) -> Summary:
                             "on_mean_curves": None if on_mean is None else on_mean[0], "above_from_middle": verdict}
         seeds_text = ", ".join("fail" if s is None else f"{s:.2f}x" for s in per_seed)
         lines.append(
-            f"| {config} | {seeds_text} | {'—' if mean_speed is None else f'{mean_speed:.2f}x'} "
+            f"| {config} | {seeds_text} | {_mean_sd([s or 0.0 for s in per_seed], '.2f') + 'x' if per_seed else '—'} "
             f"| {speedups[config]['reached']}/{len(per_seed)} "
             f"| {'fail' if on_mean is None or on_mean[0] is None else f'{on_mean[0]:.2f}x'} | {verdict} |")
     ranked = sorted(speedups, key=lambda c: (speedups[c]["mean"] or 0.0, speedups[c]["on_mean_curves"] or 0.0),
