@@ -315,3 +315,11 @@ class BlurPool(SurgeryAlgorithm):
             state.model, self.replace_convs, self.replace_maxpools, self.blur_first, self.min_channels,
             optimizers=state.optimizers,
         )
+
+    def surgery_hparams(self, state: State, replaced: int) -> dict[str, int]:
+        """Composer's keys: how many blur max-pools and blur convolutions the model now has."""
+        modules = list(state.model.modules())
+        return {
+            "blurpool/num_blurpool_layers": sum(isinstance(m, BlurMaxPool2d) for m in modules),
+            "blurpool/num_blurconv_layers": sum(isinstance(m, BlurConv2d) for m in modules),
+        }

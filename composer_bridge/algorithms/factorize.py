@@ -447,3 +447,13 @@ class Factorize(SurgeryAlgorithm):
             state.model, self.factorize_convs, self.factorize_linears, self.min_channels, self.latent_channels,
             self.min_features, self.latent_features, optimizers=state.optimizers,
         )
+
+    def surgery_hparams(self, state: State, replaced: int) -> dict[str, int]:
+        """Composer's keys: how many factorised convolutions / linear layers the model now has (for the kinds enabled)."""
+        modules = list(state.model.modules())
+        counts: dict[str, int] = {}
+        if self.factorize_convs:
+            counts["factorize/num_conv2d_replacements"] = sum(isinstance(m, FactorizedConv2d) for m in modules)
+        if self.factorize_linears:
+            counts["factorize/num_linear_replacements"] = sum(isinstance(m, FactorizedLinear) for m in modules)
+        return counts

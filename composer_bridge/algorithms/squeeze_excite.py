@@ -148,6 +148,8 @@ class SqueezeExcite(SurgeryAlgorithm):
         SqueezeExcite(latent_channels=0.25, min_channels=16)
     """
 
+    replaced_hparam_key = "squeeze_excite/num_squeeze_excite_layers"  # Composer's log_hyperparameters key
+
     def __init__(self, latent_channels: float = 64, min_channels: int = 128) -> None:
         _check(latent_channels, min_channels)
         self.latent_channels = latent_channels
