@@ -58,7 +58,7 @@ def compute_ema(
     Args:
         model: the model with the latest weights.
         ema_model: the running average, updated in place.
-        smoothing: how much of the old average to keep per update, in ``[0, 1)``.
+        smoothing: how much of the old average to keep per update, in ``[0, 1]`` (1 leaves it unchanged).
 
     Example:
         >>> import torch
@@ -70,8 +70,8 @@ def compute_ema(
         >>> ema["weight"].item()
         2.0
     """
-    if isinstance(smoothing, bool) or not isinstance(smoothing, (int, float)) or not 0.0 <= smoothing < 1.0:
-        raise ValueError(f"compute_ema(smoothing={smoothing!r}): must be a number in [0, 1), e.g. 0.99.")
+    if isinstance(smoothing, bool) or not isinstance(smoothing, (int, float)) or not 0.0 <= smoothing <= 1.0:
+        raise ValueError(f"compute_ema(smoothing={smoothing!r}): must be a number in [0, 1], e.g. 0.99.")
     targets = dict(ema_model.state_dict(keep_vars=True)) if isinstance(ema_model, torch.nn.Module) else ema_model
     with torch.no_grad():
         for name, tensor in _averaged_entries(model):
@@ -110,7 +110,8 @@ class EMA(Algorithm):
         half_life: ``'auto'``, or a time string in ``'ba'``, ``'ep'`` or ``'dur'`` (fraction of
             the run). ``None`` when ``smoothing`` is given (giving ``smoothing`` with the default
             ``'auto'`` also works).
-        smoothing: the per-update factor ``s`` in ``[0, 1)``, instead of a half-life.
+        smoothing: the per-update factor ``s`` in ``[0, 1]``, instead of a half-life (``1`` keeps the
+            weights of the first update, as in Composer).
         ema_start: when averaging begins (``'ba'``, ``'ep'`` or ``'dur'``). Default ``'0.0dur'``.
         update_interval: how often to update (``'ba'`` or ``'ep'``); default one unit of
             ``half_life`` (``'1ba'`` for ``'auto'``, ``'dur'`` or ``smoothing``).
@@ -138,8 +139,8 @@ class EMA(Algorithm):
                     f"EMA(half_life={half_life!r}, smoothing={smoothing!r}): give only one of them "
                     "(half_life=None with smoothing, or no smoothing)."
                 )
-            if isinstance(smoothing, bool) or not isinstance(smoothing, (int, float)) or not 0.0 <= smoothing < 1.0:
-                raise ValueError(f"EMA(smoothing={smoothing!r}): must be a number in [0, 1), e.g. 0.999.")
+            if isinstance(smoothing, bool) or not isinstance(smoothing, (int, float)) or not 0.0 <= smoothing <= 1.0:
+                raise ValueError(f"EMA(smoothing={smoothing!r}): must be a number in [0, 1], e.g. 0.999.")
         elif half_life is None:
             raise ValueError("EMA(half_life=None, smoothing=None): give a half-life (e.g. 'auto', '100ba') or a smoothing.")
         self.half_life = half_life
@@ -206,7 +207,7 @@ class EMA(Algorithm):
 
     def _warn_if_long(self, state: State, smoothing: float) -> None:
         total = in_unit(Time(1.0, TimeUnit.DURATION), self._interval.unit, state)  # the whole run
-        if total is None or smoothing <= 0.0:
+        if total is None or smoothing <= 0.0 or smoothing >= 1.0:  # log(1) = 0: an infinite half-life, asked for
             return
         half_life = float(self._interval.value) * math.log(0.5) / math.log(smoothing)
         if half_life > WARN_HALF_LIFE_FRACTION * total:

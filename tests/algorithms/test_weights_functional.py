@@ -120,6 +120,36 @@ def test_ema_weights_are_swapped_in_for_validation_and_out_for_training() -> Non
     assert not torch.equal(training_weight, averaged), "training weights are back after validation"
 
 
+class WeightsAtFirstBatchEnd(Algorithm):
+    """The training weights when EMA takes its first average (the end of the first step)."""
+
+    def __init__(self) -> None:
+        self.weights: dict[str, torch.Tensor] | None = None
+
+    def match(self, event: Event, state: State) -> bool:
+        return event == Event.BATCH_END and self.weights is None
+
+    def apply(self, event: Event, state: State, logger: Any) -> None:
+        self.weights = {k: v.detach().clone() for k, v in state.model.named_parameters()}
+
+
+def test_smoothing_one_keeps_the_first_average_for_the_whole_run() -> None:
+    model, average = torch.nn.Linear(2, 1), torch.nn.Linear(2, 1)
+    before = copy.deepcopy(average.state_dict())
+    compute_ema(model, average, smoothing=1.0)
+    assert all(torch.equal(v, before[k]) for k, v in average.state_dict().items())
+
+    ema, probe = EMA(half_life=None, smoothing=1.0), WeightsAtFirstBatchEnd()
+    model = tiny_classifier()
+    trainer = quiet_trainer(max_epochs=2, limit_train_batches=3, callbacks=[AlgorithmEngineCallback([ema, probe])])
+    trainer.fit(model, image_loader())  # a known run length: the long-half-life check must not divide by log(1)
+    averaged, first = ema.ema_weights, probe.weights
+    assert averaged is not None and first is not None and ema.num_updates == 6
+    for name, tensor in first.items():
+        assert torch.equal(averaged[name], tensor), name
+    assert not torch.equal(averaged["module.fc.weight"], model.module.fc.weight.detach()), "training moved on"
+
+
 def test_sam_runs_under_bf16_mixed_and_refuses_fp16_amp_clearly() -> None:
     model = tiny_classifier()
     before = copy.deepcopy(model.state_dict())
