@@ -7,8 +7,8 @@ Run in the venv that ``benchmarks/xla/setup_xla_env.sh`` builds (torch 2.9.0 + t
 Two parts:
 
 1. **Functional forms on XLA tensors**: each form runs on XLA and on the CPU with the same inputs
-   and the same seeded CPU generator; the results must agree. A second call with the same shapes
-   is measured: host transfers, ``.item()``-style reads and new graphs it causes.
+   and the same seeded CPU generator; the results must agree. After two warm-up calls, a third
+   call with the same shapes is measured: host transfers, ``.item()``-style reads and new graphs.
 2. **Lightning on the XLA device**: ``lightning.Trainer`` with Lightning's ``XLAAccelerator``
    (``SingleDeviceXLAStrategy``) and the bridge, for Lightning alone, an empty bridge, the mild and
    medium recipes and each shape-changing algorithm. Per optimizer step: transfers from the device
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import copy
 import json
 import os
 import subprocess
@@ -173,6 +174,19 @@ def functional_checks(include_aborting: bool = False) -> list[dict[str, Any]]:
     def classify(inputs: torch.Tensor) -> torch.Tensor:
         return linear.to(inputs.device)(inputs.flatten(1))
 
+    torch.manual_seed(0)
+    convnet = ResNetCNN(num_classes=4, in_channels=3, widths=(8, 16), blocks_per_stage=1).eval()
+    cf.apply_blurpool(convnet, min_channels=1)
+    cf.apply_channels_last(convnet)
+    on_device = {}
+
+    def surgered(dev: Any) -> torch.nn.Module:
+        if dev is _identity:
+            return convnet
+        if "xla" not in on_device:
+            on_device["xla"] = copy.deepcopy(convnet).to(XLA)
+        return on_device["xla"]
+
     def ema_step(device: str) -> torch.Tensor:
         ema, live = (torch.nn.Linear(8, 4).to(device) for _ in range(2))
         ema.load_state_dict(ema_cpu.state_dict())
@@ -192,6 +206,7 @@ def functional_checks(include_aborting: bool = False) -> list[dict[str, Any]]:
                                                               keep=0.5, generator=_generator()),
         "set_batch_sequence_length": lambda dev: cf.set_batch_sequence_length(dev(tokens), 16),
         "compute_ema": lambda dev: ema_step("cpu" if dev is _identity else XLA),
+        "apply_blurpool + apply_channels_last (forward)": lambda dev: surgered(dev)(dev(x)),
     }
     rows = []
     for name, case in cases.items():
@@ -206,6 +221,8 @@ def functional_checks(include_aborting: bool = False) -> list[dict[str, Any]]:
             first = case(on_xla)
             torch_xla.sync()
             row["matches_cpu"] = _same(first, expected)
+            case(on_xla)  # a second warm-up call: the first one's graph also uploads what it created
+            torch_xla.sync()
             reads = HostReads()
             before = counts()
             with reads:
@@ -316,14 +333,20 @@ def _scaled_ema() -> dict[str, str]:
     return {"half_life": "2ba", "update_interval": "1ba"}
 
 
+def _small_blurpool() -> dict[str, int]:
+    # the small test network's stride-2 convolution has 8 input channels, under BlurPool's default 16
+    return {"min_channels": 1}
+
+
 def trainer_configs() -> dict[str, tuple[Any, Any]]:
     """name -> (algorithm list or None for no bridge, model/data factory)."""
     return {
         "lightning alone": (None, image_setup),
         "empty bridge": ([], image_setup),
-        "mild": (lambda: recipes.vision("mild", ema=_scaled_ema()), image_setup),
+        "mild": (lambda: recipes.vision("mild", ema=_scaled_ema(), blurpool=_small_blurpool()), image_setup),
         # SAM every 3 steps so that it acts within the run (the recipe's 10 would not)
-        "medium": (lambda: recipes.vision("medium", ema=_scaled_ema(), sam={"interval": 3}), image_setup),
+        "medium": (lambda: recipes.vision("medium", ema=_scaled_ema(), blurpool=_small_blurpool(),
+                                           sam={"interval": 3}), image_setup),
         "ProgressiveResizing": (lambda: [ProgressiveResizing(initial_scale=0.5, delay_fraction=0.2,
                                                              finetune_fraction=0.2, size_increment=4)], image_setup),
         "SelectiveBackprop": (lambda: [SelectiveBackprop(start=0.0, end=1.0, keep=0.5, interrupt=2)], image_setup),
@@ -385,6 +408,22 @@ def use_host_generators_for_xla() -> None:
     State.generator = generator  # type: ignore[method-assign]
 
 
+def markdown_table(rows: list[dict[str, Any]]) -> str:
+    """The Trainer results as the table in docs/gpu-tpu.md."""
+    lines = ["| configuration | transfers to host / step | scalar reads / step | new graphs after warm-up "
+             "| graphs in the run | input shapes | seconds |", "|---|---|---|---|---|---|---|"]
+    for row in rows:
+        if "error" in row:
+            lines.append(f"| {row['config']} | fails: {row['error'].splitlines()[0][:120]} | | | | | |")
+            continue
+        steady = row["after_warmup_per_step"]
+        after = sum(s["new_graphs"] for s in row["per_step"][2:])
+        shapes = ", ".join("x".join(map(str, shape)) for shape in row["distinct_input_shapes"])
+        lines.append(f"| {row['config']} | {steady['transfers_from_device']:.2f} | {steady['scalar_reads']:.2f} "
+                     f"| {after} | {row['new_graphs_total']} | {shapes} | {row['seconds']} |")
+    return "\n".join(lines)
+
+
 def run_isolated(name: str, steps: int, host_generators: bool) -> dict[str, Any]:
     """One Trainer config in a fresh process: its graph count is not lowered by graphs an earlier
     config compiled, and an abort inside XLA ends only that config."""
@@ -406,6 +445,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=8, help="optimizer steps per Trainer run (default 8)")
     parser.add_argument("--only", nargs="*", default=None, help="Trainer configs to run (default: all)")
     parser.add_argument("--skip-functional", action="store_true")
+    parser.add_argument("--skip-trainer", action="store_true")
+    parser.add_argument("--table", type=Path, default=None,
+                        help="print the Markdown table of an earlier --out file and exit")
     parser.add_argument("--in-process", action="store_true",
                         help="run the Trainer configs in this process (default: one fresh process each)")
     parser.add_argument("--host-generators", action="store_true",
@@ -413,6 +455,9 @@ def main() -> None:
     parser.add_argument("--include-aborting", action="store_true",
                         help="also run the functional forms known to abort the process (ABORTS)")
     args = parser.parse_args()
+    if args.table:
+        print(markdown_table(json.loads(args.table.read_text())["trainer"]))
+        return
     if os.environ.get("PJRT_DEVICE") != "CPU":
         print(f"note: PJRT_DEVICE={os.environ.get('PJRT_DEVICE')!r}; these checks were written for CPU", file=sys.stderr)
     if args.host_generators:
@@ -430,7 +475,7 @@ def main() -> None:
         results["functional"] = functional_checks(args.include_aborting)
     results["trainer"] = []
     for name, (algorithms, setup) in trainer_configs().items():
-        if args.only and name not in args.only:
+        if args.skip_trainer or (args.only and name not in args.only):
             continue
         if not args.in_process:
             row = run_isolated(name, args.steps, args.host_generators)
@@ -454,6 +499,7 @@ def main() -> None:
     results["seconds"] = round(time.perf_counter() - started, 1)
     if args.out:
         args.out.write_text(json.dumps(results, indent=1))
+    print(markdown_table(results["trainer"]))
     print(f"done in {results['seconds']} s", flush=True)
 
 
