@@ -5,7 +5,7 @@ The network inside the LightningModule is compiled in place (``nn.Module.compile
 docs/gpu-tpu.md recommends. The backend is a recorder in front of ``aot_eager``: it keeps the code
 of every graph Dynamo captured (the check that surgery is kept reads it), and ``aot_eager`` traces
 forward and backward through AOTAutograd as inductor does, without inductor's C++ compilation
-(tens of seconds per graph on a 2-core CI machine): what decides whether surgery is kept is
+(a C++ compiler run per graph, slow on a 2-core CI machine): what decides whether surgery is kept is
 Dynamo's capture, which is the same for every backend.
 """
 
