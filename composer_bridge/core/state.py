@@ -37,6 +37,18 @@ def _as_list(value: Any) -> list[Any]:
     return [value]
 
 
+def _new_generator(device: torch.device) -> torch.Generator:
+    """A generator on ``device``, or on the CPU where torch has no generator for it (XLA).
+
+    Algorithms draw on the generator's device and move the result to the batch's, which is a
+    host-to-device copy, not a read back: XLA's lazy graph stays intact.
+    """
+    try:
+        return torch.Generator(device=device)
+    except RuntimeError:
+        return torch.Generator(device="cpu")
+
+
 class State:
     """A plain container for the training run, shared by the engine, algorithms and callbacks.
 
@@ -249,7 +261,7 @@ class State:
         entry = self._generators.get(slot)
         if entry is not None and entry[1] == position:
             return entry[0]
-        generator = entry[0] if entry is not None else torch.Generator(device=device)
+        generator = entry[0] if entry is not None else _new_generator(device)
         material = f"{self.seed or 0}/{self.rank}/{key}/{position}".encode()
         generator.manual_seed(int.from_bytes(hashlib.blake2b(material, digest_size=8).digest(), "little") >> 1)
         self._generators[slot] = (generator, position)

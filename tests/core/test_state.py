@@ -326,3 +326,12 @@ def test_count_batch_names_a_bad_value(samples, seconds, error, message):
     with pytest.raises(error, match=message):
         state.count_batch(samples, seconds)
     assert state.timestamp == Timestamp()  # nothing was counted
+
+
+def test_a_device_without_torch_generators_gets_a_cpu_generator():
+    """XLA (like the meta device here) has no torch.Generator: draws come from the CPU, still positional."""
+    state = State(torch.nn.Linear(1, 1), seed=3)
+    generator = state.generator("MixUp", "meta")
+    assert generator.device.type == "cpu"
+    first = torch.rand(3, generator=generator)
+    assert torch.equal(first, torch.rand(3, generator=State(torch.nn.Linear(1, 1), seed=3).generator("MixUp", "meta")))
