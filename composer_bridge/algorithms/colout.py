@@ -57,7 +57,10 @@ def _kept_indices(size: int, p_drop: float, device: torch.device, generator: tor
     if generator is None:
         order = torch.randperm(size, device=device)
     else:
-        order = torch.randperm(size, generator=generator, device=generator.device).to(device)
+        # Sorted where drawn, then moved: the sort never runs on the target device (XLA on the CPU
+        # aborts on sorting a freshly transferred index tensor).
+        order = torch.randperm(size, generator=generator, device=generator.device)
+        return order[:kept].sort().values.to(device)
     return order[:kept].sort().values
 
 
@@ -67,8 +70,8 @@ def _kept_per_sample(
     """``(n, kept)`` sorted indices: each row an independent uniform choice of ``kept`` of ``size`` positions."""
     kept = max(1, int((1.0 - p_drop) * size))
     gen_device = generator.device if generator is not None else device
-    scores = torch.rand(n, size, generator=generator, device=gen_device).to(device)
-    return scores.argsort(dim=1)[:, :kept].sort(dim=1).values
+    scores = torch.rand(n, size, generator=generator, device=gen_device)
+    return scores.argsort(dim=1)[:, :kept].sort(dim=1).values.to(device)
 
 
 def _take_per_sample(x: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
