@@ -1,6 +1,6 @@
 """The main demo: does a Composer recipe reach the baseline's quality sooner? Three seeds, several run lengths.
 
-    python examples/demo.py                  # 78 s on 2 shared CPU cores (load average 3), W&B offline
+    python examples/demo.py                  # 67 s on 2 CPU cores at load average 2, W&B offline
     python examples/demo.py --seeds 5        # more seeds (longer)
     python examples/demo.py --wandb-online   # log to your W&B account (after `wandb login`)
 
