@@ -16,7 +16,7 @@ thousands), each measured on this example:
   while, which cost more time than the smaller images saved;
 - ProgressiveResizing grows the images in 2-pixel steps (``size_increment=2``), not 4.
 
-:func:`train` is also what ``examples/demo.py`` and ``benchmarks/time_to_accuracy.py`` run.
+:func:`train` is also what ``benchmarks/time_to_accuracy.py`` runs.
 """
 
 from __future__ import annotations
