@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import torch
+from google.protobuf.message import DecodeError
 from lightning.pytorch.loggers import CSVLogger, WandbLogger
 from support import image_loader, quiet_trainer, tiny_classifier
 
@@ -87,7 +88,10 @@ def _read_run(run_files_dir: Path) -> dict[str, Any]:
     """
     (run_file,) = run_files_dir.parent.glob("run-*.wandb")
     for _ in range(200):
-        records = _wandb_records(run_file)
+        try:
+            records = _wandb_records(run_file)
+        except DecodeError:  # caught in the middle of a record being written: read again
+            records = []
         if any(r.WhichOneof("record_type") == "exit" for r in records):
             break
         time.sleep(0.05)

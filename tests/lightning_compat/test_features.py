@@ -26,6 +26,7 @@ import lightning as L
 import pytest
 import torch
 import torch.nn.functional as F
+from google.protobuf.message import DecodeError
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint, ModelSummary
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from support import (
@@ -502,7 +503,10 @@ def _wandb_metrics(save_dir: Path) -> dict[str, dict[int, float]]:
     """History metrics of the offline run, by Lightning step, once wandb has written the run's exit record."""
     (run_file,) = save_dir.glob("wandb/offline-run-*/run-*.wandb")
     for _ in range(200):  # wandb's service may still be writing when wandb.finish() returns
-        records = _wandb_records(run_file)
+        try:
+            records = _wandb_records(run_file)
+        except DecodeError:  # caught in the middle of a record being written: read again
+            records = []
         if any(r.WhichOneof("record_type") == "exit" for r in records):
             break
         time.sleep(0.05)
