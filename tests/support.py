@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import struct
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -112,3 +114,75 @@ def run_ddp_script(body: str, tmp_path: Path, timeout: float = 240) -> subproces
     return subprocess.run(
         [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout
     )
+
+
+class ResumableLoader:
+    """Fixed batches in order that Lightning can checkpoint mid-epoch (``state_dict``/``load_state_dict``)."""
+
+    def __init__(self, dataset: TensorDataset, batch_size: int) -> None:
+        x, y = dataset.tensors
+        self.batches = [(x[i : i + batch_size], y[i : i + batch_size]) for i in range(0, len(x), batch_size)]
+        self.position = 0
+        self._resume_at = 0
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        start, self._resume_at = self._resume_at, 0
+        for index in range(start, len(self.batches)):
+            self.position = index + 1
+            yield self.batches[index]
+
+    def state_dict(self) -> dict[str, int]:
+        return {"position": self.position}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self._resume_at = int(state["position"]) % len(self.batches)
+
+
+def _wandb_records(run_file: Path) -> list[Any]:
+    """The protobuf records of a ``run-<id>.wandb`` transaction log.
+
+    The log is 32 KiB blocks of chunks, each with a 7-byte header (checksum, length, type:
+    1 = whole record, 2/3/4 = first/middle/last piece), after a 7-byte file header.
+    """
+    from wandb.proto import wandb_internal_pb2
+
+    data, block = run_file.read_bytes(), 32 * 1024
+    assert data[:4] == b":W&B", data[:7]
+    position, pieces, records = 7, b"", []
+    while position + 7 <= len(data):
+        if block - position % block < 7:  # too little room left in the block for a header: padding
+            position += block - position % block
+            continue
+        _, length, kind = struct.unpack("<IHB", data[position : position + 7])
+        if length == 0 and kind == 0:
+            break
+        pieces += data[position + 7 : position + 7 + length]
+        position += 7 + length
+        if kind in (1, 4):
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(pieces)
+            records.append(record)
+            pieces = b""
+    return records
+
+
+def wandb_run_records(run_file: Path) -> list[Any]:
+    """The records of a finished offline W&B run, once wandb has written its ``exit`` record.
+
+    wandb's service may still be writing the file when ``wandb.finish()`` returns (a few seconds at
+    most); a read that catches a record half-written is repeated.
+    """
+    from google.protobuf.message import DecodeError
+
+    for _ in range(200):
+        try:
+            records = _wandb_records(run_file)
+        except DecodeError:
+            records = []
+        if any(r.WhichOneof("record_type") == "exit" for r in records):
+            return records
+        time.sleep(0.05)
+    raise AssertionError(f"{run_file} has no exit record: the offline run was not finished")

@@ -4,22 +4,18 @@ from __future__ import annotations
 
 import io
 import json
-import struct
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from google.protobuf.message import DecodeError
 from lightning.pytorch.loggers import CSVLogger, WandbLogger
-from support import image_loader, quiet_trainer, tiny_classifier
+from support import image_loader, quiet_trainer, tiny_classifier, wandb_run_records
 
 from composer_bridge import Algorithm, AlgorithmEngineCallback, AlgorithmError, Event
 
 wandb = pytest.importorskip("wandb")
-from wandb.proto import wandb_internal_pb2  # noqa: E402
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -52,30 +48,6 @@ class Cooldown(Recorder):
     pass
 
 
-def _wandb_records(run_file: Path) -> list[Any]:
-    """Parse a ``.wandb`` transaction log: a 7-byte header, then 32 KiB blocks of length-prefixed chunks."""
-    data = run_file.read_bytes()
-    assert data[:4] == b":W&B", data[:7]
-    position, block, chunks, records = 7, 32 * 1024, [], []
-    while position + 7 <= len(data):
-        left = block - position % block
-        if left < 7:  # block trailer padding
-            position += left
-            continue
-        _checksum, length, kind = struct.unpack("<IHB", data[position : position + 7])
-        position += 7
-        if length == 0 and kind == 0:
-            break
-        chunks.append(data[position : position + length])
-        position += length
-        if kind in (1, 4):  # a full record, or the last chunk of one
-            record = wandb_internal_pb2.Record()
-            record.ParseFromString(b"".join(chunks))
-            records.append(record)
-            chunks = []
-    return records
-
-
 def _items(items) -> dict[str, Any]:
     return {(item.key or "/".join(item.nested_key)): json.loads(item.value_json) for item in items}
 
@@ -87,16 +59,7 @@ def _read_run(run_files_dir: Path) -> dict[str, Any]:
     run's ``exit`` record (a few seconds at most).
     """
     (run_file,) = run_files_dir.parent.glob("run-*.wandb")
-    for _ in range(200):
-        try:
-            records = _wandb_records(run_file)
-        except DecodeError:  # caught in the middle of a record being written: read again
-            records = []
-        if any(r.WhichOneof("record_type") == "exit" for r in records):
-            break
-        time.sleep(0.05)
-    else:
-        raise AssertionError(f"{run_file} has no exit record: the offline run was not finished")
+    records = wandb_run_records(run_file)
     config: dict[str, Any] = {}
     history: list[dict[str, Any]] = []
     summary: dict[str, Any] = {}

@@ -14,7 +14,6 @@ from __future__ import annotations
 import csv
 import importlib.util
 import json
-import struct
 import sys
 import time
 from collections.abc import Callable
@@ -26,19 +25,19 @@ import lightning as L
 import pytest
 import torch
 import torch.nn.functional as F
-from google.protobuf.message import DecodeError
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint, ModelSummary
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from support import (
+    ResumableLoader,
     assert_same_weights,
     image_dataset,
     image_loader,
     quiet_trainer,
     tiny_classifier,
+    wandb_run_records,
     weights_of,
 )
 from torch import nn
-from torch.utils.data import TensorDataset
 
 from composer_bridge import Algorithm, AlgorithmEngineCallback, ComposerClassifier, Event, State
 from composer_bridge.algorithms import EMA, CutOut, LabelSmoothing, MixUp, SqueezeExcite
@@ -291,31 +290,6 @@ def test_early_stopping_ends_the_run_and_fit_end_fires_once() -> None:
 # ----------------------------------------------------------------------------------------------
 # checkpoints
 # ----------------------------------------------------------------------------------------------
-class ResumableBatches:
-    """Fixed batches in order; Lightning checkpoints its position, so a mid-epoch resume continues there."""
-
-    def __init__(self, dataset: TensorDataset, batch_size: int) -> None:
-        x, y = dataset.tensors
-        self.batches = [(x[i : i + batch_size], y[i : i + batch_size]) for i in range(0, len(x), batch_size)]
-        self.position = 0
-        self._start = 0
-
-    def __len__(self) -> int:
-        return len(self.batches)
-
-    def __iter__(self):  # type: ignore[no-untyped-def]
-        start, self._start = self._start, 0
-        for index in range(start, len(self.batches)):
-            self.position = index + 1
-            yield self.batches[index]
-
-    def state_dict(self) -> dict[str, int]:
-        return {"position": self.position}
-
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        self._start = int(state["position"]) % len(self.batches)
-
-
 def test_model_checkpoint_every_n_steps_top_k_resumes_exactly_with_validation_on(tmp_path: Path) -> None:
     data = image_dataset(n=64)  # 4 batches of 16: steps 1-4, 5-8, 9-12
 
@@ -327,7 +301,7 @@ def test_model_checkpoint_every_n_steps_top_k_resumes_exactly_with_validation_on
         trainer = cpu_trainer(max_epochs=3, num_sanity_val_steps=1, limit_val_batches=1, callbacks=[callback, saver],
                                 enable_checkpointing=True)
         model = tiny_classifier()
-        trainer.fit(model, ResumableBatches(data, 16), image_loader(n=32), ckpt_path=ckpt)
+        trainer.fit(model, ResumableLoader(data, 16), image_loader(n=32), ckpt_path=ckpt)
         return model, ema, callback, trainer
 
     full_model, full_ema, full_callback, _ = fit(None)
@@ -472,46 +446,10 @@ def _tensorboard_metrics(log_dir: Path) -> dict[str, dict[int, float]]:
     return {tag: {e.step: e.value for e in events.Scalars(tag)} for tag in events.Tags()["scalars"]}
 
 
-def _wandb_records(run_file: Path) -> list[Any]:
-    """The protobuf records of a ``run-<id>.wandb`` transaction log.
-
-    The log is 32 KiB blocks of chunks, each with a 7-byte header (checksum, length, type:
-    1 = whole record, 2/3/4 = first/middle/last piece), after a 7-byte file header.
-    """
-    from wandb.proto import wandb_internal_pb2
-
-    data, block = run_file.read_bytes(), 32 * 1024
-    position, pieces, records = 7, b"", []
-    while position + 7 <= len(data):
-        if block - position % block < 7:  # too little room left in the block for a header: padding
-            position += block - position % block
-            continue
-        _, length, kind = struct.unpack("<IHB", data[position : position + 7])
-        if length == 0 and kind == 0:
-            break
-        pieces += data[position + 7 : position + 7 + length]
-        position += 7 + length
-        if kind in (1, 4):
-            record = wandb_internal_pb2.Record()
-            record.ParseFromString(pieces)
-            records.append(record)
-            pieces = b""
-    return records
-
-
 def _wandb_metrics(save_dir: Path) -> dict[str, dict[int, float]]:
     """History metrics of the offline run, by Lightning step, once wandb has written the run's exit record."""
     (run_file,) = save_dir.glob("wandb/offline-run-*/run-*.wandb")
-    for _ in range(200):  # wandb's service may still be writing when wandb.finish() returns
-        try:
-            records = _wandb_records(run_file)
-        except DecodeError:  # caught in the middle of a record being written: read again
-            records = []
-        if any(r.WhichOneof("record_type") == "exit" for r in records):
-            break
-        time.sleep(0.05)
-    else:
-        raise AssertionError(f"{run_file} has no exit record: the offline run did not finish")
+    records = wandb_run_records(run_file)
     metrics: dict[str, dict[int, float]] = {}
     for record in records:
         if record.WhichOneof("record_type") != "history":

@@ -14,8 +14,14 @@ from typing import Any
 import lightning as L
 import pytest
 import torch
-from support import assert_same_state, image_loader, quiet_trainer, tiny_classifier, weights_of
-from torch.utils.data import TensorDataset
+from support import (
+    ResumableLoader,
+    assert_same_state,
+    image_loader,
+    quiet_trainer,
+    tiny_classifier,
+    weights_of,
+)
 
 import composer_bridge.algorithms as library
 from composer_bridge import AlgorithmEngineCallback
@@ -42,31 +48,6 @@ VALIDATION = {
     "mid-epoch val_check_interval, 1 val batch": dict(val_check_interval=2, limit_val_batches=1),
     "every 2nd epoch": dict(check_val_every_n_epoch=2, num_sanity_val_steps=1),
 }
-
-
-class ResumableLoader:
-    """Fixed batches, checkpointable mid-epoch by Lightning (state_dict/load_state_dict)."""
-
-    def __init__(self, dataset: TensorDataset, batch_size: int) -> None:
-        x, y = dataset.tensors
-        self.batches = [(x[i : i + batch_size], y[i : i + batch_size]) for i in range(0, len(x), batch_size)]
-        self.position = 0
-        self._resume_at = 0
-
-    def __len__(self) -> int:
-        return len(self.batches)
-
-    def __iter__(self):  # type: ignore[no-untyped-def]
-        start, self._resume_at = self._resume_at, 0
-        for index in range(start, len(self.batches)):
-            self.position = index + 1
-            yield self.batches[index]
-
-    def state_dict(self) -> dict[str, int]:
-        return {"position": self.position}
-
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        self._resume_at = int(state["position"]) % len(self.batches)
 
 
 def fit(algorithms: list[Any], validation: dict[str, Any], tmp_path: Path, ckpt: Path | None = None,

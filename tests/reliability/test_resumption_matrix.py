@@ -14,7 +14,14 @@ import lightning as L
 import pytest
 import torch
 import torch.nn.functional as F
-from support import assert_same_state, image_loader, quiet_trainer, tiny_classifier, weights_of
+from support import (
+    ResumableLoader,
+    assert_same_state,
+    image_loader,
+    quiet_trainer,
+    tiny_classifier,
+    weights_of,
+)
 from torch.utils.data import DataLoader, TensorDataset
 
 import composer_bridge.algorithms as library
@@ -128,31 +135,6 @@ def test_recipes_resume_exactly(tmp_path: Path) -> None:
         # The digits-scale settings the examples use, so every algorithm acts within 9 steps.
         assert_resumes_exactly(lambda r=recipe: recipes.vision(r, missing="drop"), VISION, tmp_path / recipe)
         assert algorithms
-
-
-class ResumableLoader:
-    """A map-style loader over fixed batches that Lightning 2.6 can checkpoint mid-epoch (state_dict/load_state_dict)."""
-
-    def __init__(self, dataset: TensorDataset, batch_size: int) -> None:
-        x, y = dataset.tensors
-        self.batches = [(x[i : i + batch_size], y[i : i + batch_size]) for i in range(0, len(x), batch_size)]
-        self.position = 0
-        self._resume_at = 0
-
-    def __len__(self) -> int:
-        return len(self.batches)
-
-    def __iter__(self):  # type: ignore[no-untyped-def]
-        start, self._resume_at = self._resume_at, 0
-        for index in range(start, len(self.batches)):
-            self.position = index + 1
-            yield self.batches[index]
-
-    def state_dict(self) -> dict[str, int]:
-        return {"position": self.position}
-
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        self._resume_at = int(state["position"]) % len(self.batches)
 
 
 @pytest.mark.parametrize("name", ["LabelSmoothing", "MixUp", "EMA", "LayerFreezing", "ProgressiveResizing"])
