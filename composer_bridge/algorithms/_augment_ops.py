@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -46,6 +46,7 @@ import torch.nn.functional as F
 __all__ = [
     "AUGMENTATION_SETS",
     "affine",
+    "augment_batch",
     "augment_step",
     "autocontrast",
     "brightness",
@@ -614,3 +615,24 @@ def normalize(images: torch.Tensor, mean: Normalization, std: Normalization) -> 
     if mean is None or std is None:
         return images
     return (images - _channel_view(mean, images, "")) / _channel_view(std, images, "")
+
+
+def augment_batch(
+    state: Any, input_key: Any, mean: Normalization, std: Normalization, where: str,
+    augment: Callable[[torch.Tensor, torch.Generator], torch.Tensor],
+) -> None:
+    """What RandAugment and AugMix do at ``AFTER_DATALOADER``: augment the batch's images in place.
+
+    Reads the images at ``input_key``, takes them back to ``[0, 1]`` (``mean``/``std``), applies
+    ``augment(images, generator)`` with the state's generator for ``where`` on the images' device,
+    and stores the result normalised again.
+    """
+    images = state.batch_get_item(input_key)
+    if not isinstance(images, torch.Tensor) or images.ndim != 4:
+        raise TypeError(
+            f"{where} needs an image tensor (N, C, H, W) at input_key={input_key!r}, got "
+            f"{type(images).__name__}{tuple(images.shape) if isinstance(images, torch.Tensor) else ''}."
+        )
+    generator = state.generator(where, images.device)
+    augmented = augment(denormalize(images, mean, std, where), generator)
+    state.batch_set_item(input_key, normalize(augmented, mean, std))

@@ -23,14 +23,13 @@ from typing import TYPE_CHECKING
 import torch
 
 from composer_bridge.algorithms._augment_ops import (
+    augment_batch,
     augment_step,
     check_augmentation_set,
     check_normalization,
     check_severity,
     chunks,
-    denormalize,
     draw_step,
-    normalize,
     to_batch,
 )
 from composer_bridge.core.algorithm import Algorithm
@@ -176,13 +175,9 @@ class RandAugment(Algorithm):
         return event == Event.AFTER_DATALOADER
 
     def apply(self, event: Event, state: State, logger: Logger) -> None:
-        images = state.batch_get_item(self.input_key)
-        if not isinstance(images, torch.Tensor) or images.ndim != 4:
-            raise TypeError(
-                f"RandAugment needs an image tensor (N, C, H, W) at input_key={self.input_key!r}, got "
-                f"{type(images).__name__}{tuple(images.shape) if isinstance(images, torch.Tensor) else ''}."
-            )
-        generator = state.generator(type(self).__name__, images.device)
-        unit = denormalize(images, self.mean, self.std, "RandAugment")
-        augmented = randaugment_image(unit, self.severity, self.depth, self.augmentation_set, generator)
-        state.batch_set_item(self.input_key, normalize(augmented, self.mean, self.std))
+        augment_batch(
+            state, self.input_key, self.mean, self.std, type(self).__name__,
+            lambda images, generator: randaugment_image(
+                images, self.severity, self.depth, self.augmentation_set, generator
+            ),
+        )
