@@ -507,9 +507,10 @@ def _cli_example() -> Any:
 
 
 def test_lightning_cli_with_the_callback_from_arguments_trains_like_the_same_run_built_in_python(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
 ) -> None:
     monkeypatch.setattr(sys, "argv", ["cli.py"])  # the arguments below are the whole command line
+    monkeypatch.chdir(tmp_path)  # LightningCLI writes its config.yaml to the working directory
     example = _cli_example()
     callbacks = json.dumps([{
         "class_path": "composer_bridge.AlgorithmEngineCallback",
