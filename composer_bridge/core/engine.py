@@ -36,6 +36,7 @@ Example:
 from __future__ import annotations
 
 import logging
+import operator
 import random
 import time
 from collections.abc import Callable
@@ -95,9 +96,10 @@ class RemovableEventHandle:
 class _Plan:
     """The cached order of one (event, matched algorithms), with everything the run loop reuses."""
 
-    __slots__ = ("algorithms", "keys", "traces", "cells", "cells_of", "runs", "counted")
+    __slots__ = ("matched", "algorithms", "keys", "traces", "cells", "cells_of", "runs", "counted")
 
-    def __init__(self, ordered: list[Algorithm], event: Event, labels: list[str]) -> None:
+    def __init__(self, matched: list[Algorithm], ordered: list[Algorithm], event: Event, labels: list[str]) -> None:
+        self.matched = matched  # the algorithms that matched, in the run's order (the cache key)
         self.algorithms = ordered
         self.keys = [trace_key(label, event) for label in labels]
         # The trace of an ``apply`` that returns None is the same every time: build them once here.
@@ -187,6 +189,9 @@ class Engine:
         self._passes: list[AlgorithmPass] = list(DEFAULT_PASSES)
         # (event, ids of the matched algorithms) -> their order, trace keys, traces and cost entries
         self._order_cache: dict[tuple[Event, tuple[int, ...]], _Plan] = {}
+        # event -> the plan it ran last: the usual case (the same algorithms match as last time) is
+        # found by comparing the matched list with that plan's by identity, without building a key.
+        self._last_plan: dict[Event, _Plan] = {}
         self._handlers: dict[Event, list[_Handler]] = {}
         # Whether passes beyond the defaults are registered: they see every event, even one where no
         # algorithm matched (as in Composer); the default passes have nothing to do then.
@@ -227,6 +232,7 @@ class Engine:
     def _forget_plans(self) -> None:
         self._fold_calls()
         self._order_cache.clear()
+        self._last_plan.clear()
 
     # --- passes and ordering ------------------------------------------------------------------
     @property
@@ -264,7 +270,7 @@ class Engine:
                 ordered = result
             # Labels follow the run's list (``Name``, ``Name#2``...), not the order of this event.
             self._labels.add(self.state.algorithms)
-            plan = _Plan(ordered, event, [self._labels[a] for a in ordered])
+            plan = _Plan(list(matched), ordered, event, [self._labels[a] for a in ordered])
             if len(self._order_cache) >= _MAX_CACHED_ORDERS:
                 self._forget_plans()
             self._order_cache[key] = plan
@@ -278,6 +284,12 @@ class Engine:
         label is the class name (``Name#2``, ``Name#3``... for further instances of a class).
         An algorithm that raises is reported as :class:`AlgorithmError` naming it and the event.
         """
+        traces = self.fire(event)
+        return dict(traces) if type(traces) is PlanTraces else traces  # a copy the caller may keep
+
+    def fire(self, event: Event | str) -> Traces:
+        """:meth:`run_event` for a loop that ignores the result: the traces returned may be the
+        engine's own cached object (read-only), not a copy. The Lightning bridge fires its events so."""
         if self._closed:
             raise RuntimeError(
                 f"Engine.run_event({event!r}) after close(): the engine is shut down; create a new Engine."
@@ -285,7 +297,7 @@ class Engine:
         if type(event) is not Event:
             event = Event(event)
         state = self.state
-        algorithms = state.algorithms
+        algorithms = state._algorithms  # not the property: this runs a dozen times per step
         if not (algorithms or state.callbacks or self.markers or self._handlers or self._user_passes):
             return {}  # nothing listens (a bridge without algorithms): skip the bookkeeping below
         for marker in self.markers:
@@ -308,9 +320,12 @@ class Engine:
         matched = [a for a in algorithms if a.match(event, state)]
         if not matched and not self._user_passes:
             return {}
-        plan = self._order_cache.get((event, tuple(map(id, matched))))
-        if plan is None:
-            plan = self._plan(matched, event)
+        plan = self._last_plan.get(event)
+        if plan is None or len(plan.matched) != len(matched) or not all(map(operator.is_, matched, plan.matched)):
+            plan = self._order_cache.get((event, tuple(map(id, matched))))
+            if plan is None:
+                plan = self._plan(matched, event)
+            self._last_plan[event] = plan
         if not plan.algorithms:
             return {}
         logger = self.logger
@@ -319,7 +334,8 @@ class Engine:
         if measuring:
             # Calls: this run counts once for every algorithm of the plan (fold_calls adds them up when
             # the cost is read; a failing run takes back what did not run). Time: see ``cost``.
-            cells = plan.cost_cells(self._cost)
+            cost = self._cost
+            cells = plan.cells if plan.cells_of is cost and cost else plan.cost_cells(cost)
             plan.runs += 1
             if plan.runs <= _TIMED_IN_FULL:
                 lap = _Stopwatch(cells, 1.0).lap
@@ -344,9 +360,9 @@ class Engine:
             raise AlgorithmError(algorithm, event, error) from error  # type: ignore[arg-type]
         if exit_codes is None:
             # The plan's own traces go to the logger (the same object each time this plan runs,
-            # which lets destinations cache per plan); the caller gets a copy it may keep.
+            # which lets destinations cache per plan); run_event hands its caller a copy.
             logger.log_traces(plan.traces)
-            return dict(plan.traces)
+            return plan.traces
         traces = plan.traces_with(exit_codes)
         logger.log_traces(traces)
         return traces

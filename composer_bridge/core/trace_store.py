@@ -15,6 +15,7 @@ Example:
 
 from __future__ import annotations
 
+import operator
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -33,6 +34,47 @@ class TraceStats:
     last_step: int = 0
     orders: set[int] = field(default_factory=set)
     last_exit_code: int | None = None
+    # which recorded event set last_step/last_exit_code (counts folded in later must not undo them)
+    _last_event: int = field(default=0, repr=False, compare=False)
+
+
+class _StepTraces:
+    """The traces of one step: the events' trace dicts (or a cut list, past the per-step limit)."""
+
+    __slots__ = ("chunks", "size")
+
+    def __init__(self) -> None:
+        self.chunks: list[Traces | list[Trace]] = []
+        self.size = 0
+
+    def flat(self) -> list[Trace]:
+        traces: list[Trace] = []
+        for chunk in self.chunks:
+            traces.extend(chunk.values() if isinstance(chunk, dict) else chunk)
+        return traces
+
+
+class _PlanTally:
+    """The runs of one cached plan's traces not yet added to its keys' :class:`TraceStats`."""
+
+    __slots__ = ("traces", "stats", "row", "pending", "last_step", "last_event")
+
+    def __init__(self, traces: PlanTraces, stats: list[TraceStats], row: list[int]) -> None:
+        self.traces = traces
+        self.stats = stats
+        self.row = row  # its keys' group row in the timeline
+        self.pending = 0
+        self.last_step = 0
+        self.last_event = 0
+
+    def fold(self) -> None:
+        pending, self.pending = self.pending, 0
+        for stats in self.stats:
+            stats.count += pending
+            if self.last_event > stats._last_event:  # this plan ran the key last
+                stats.last_step = self.last_step
+                stats.last_exit_code = None
+                stats._last_event = self.last_event
 
 
 class Timeline:
@@ -55,9 +97,18 @@ class Timeline:
             raise ValueError(f"Timeline(max_columns={max_columns!r}): max_columns must be an int >= 2.")
         self.max_columns = max_columns
         self.bin_size = 1
-        #: trace key → runs per column (column ``i`` covers steps ``[i * bin_size, (i + 1) * bin_size)``).
-        self.rows: dict[str, list[int]] = {}
+        self._rows: dict[str, list[int]] = {}
+        # (the rows of a group's keys, the group's own row): keys that always run together (one
+        # cached plan of the engine) are counted once per event in the group's row, and added to
+        # their own rows when the rows are read.
+        self._groups: list[tuple[list[list[int]], list[int]]] = []
         self.last_step = 0
+
+    @property
+    def rows(self) -> dict[str, list[int]]:
+        """Trace key → runs per column (column ``i`` covers steps ``[i * bin_size, (i + 1) * bin_size)``)."""
+        self._fold()
+        return self._rows
 
     def add(self, key: str, step: int) -> None:
         """Count one run of ``key`` at ``step``."""
@@ -65,11 +116,8 @@ class Timeline:
 
     def add_all(self, keys: Iterable[str], step: int) -> None:
         """Count one run of each of ``keys`` at ``step`` (the traces of one event)."""
-        step = int(step) if step > 0 else 0
-        while step >= self.max_columns * self.bin_size:
-            self._halve()
-        column = step // self.bin_size
-        rows = self.rows
+        column = self.column(step)
+        rows = self._rows
         for key in keys:
             row = rows.get(key)
             if row is None:
@@ -77,32 +125,61 @@ class Timeline:
             if len(row) <= column:
                 row.extend([0] * (column + 1 - len(row)))
             row[column] += 1
-        if step > self.last_step:
-            self.last_step = step
 
-    def add_rows(self, rows: list[list[int]], step: int) -> None:
-        """Count one run at ``step`` in each of ``rows`` (lists from :meth:`row`: a cached event's keys)."""
+    def group(self, keys: Iterable[str]) -> list[int]:
+        """A row counting runs of ``keys`` together; pass it to :meth:`add_group` (one increment per event)."""
+        members = []
+        for key in keys:
+            row = self._rows.get(key)
+            if row is None:
+                row = self._rows[key] = []
+            members.append(row)
+        group_row: list[int] = []
+        self._groups.append((members, group_row))
+        return group_row
+
+    def add_group(self, group_row: list[int], step: int) -> None:
+        """Count one run of each key of a :meth:`group` at ``step``."""
+        column = self.column(step)
+        if len(group_row) <= column:
+            group_row.extend([0] * (column + 1 - len(group_row)))
+        group_row[column] += 1
+
+    def column(self, step: int) -> int:
+        """The column ``step`` falls in, after making room for it (columns merge when it lies beyond
+        the last one). A loop that records many events at one step may find the column once and add
+        to :meth:`group` rows at it directly, until the step or :attr:`bin_size` changes."""
         step = int(step) if step > 0 else 0
         while step >= self.max_columns * self.bin_size:
             self._halve()
-        column = step // self.bin_size
-        for row in rows:
-            if len(row) <= column:
-                row.extend([0] * (column + 1 - len(row)))
-            row[column] += 1
         if step > self.last_step:
             self.last_step = step
+        return step // self.bin_size
 
-    def row(self, key: str) -> list[int]:
-        """The row of ``key`` (created empty): the same list for the life of the timeline."""
-        row = self.rows.get(key)
-        if row is None:
-            row = self.rows[key] = []
-        return row
+    def drop_groups(self) -> None:
+        """Add the groups' counts to their keys' rows and forget the groups."""
+        self._fold()
+        self._groups.clear()
+
+    def _fold(self) -> None:
+        for members, group_row in self._groups:
+            if not group_row:
+                continue
+            width = len(group_row)
+            for row in members:
+                if len(row) < width:
+                    row.extend([0] * (width - len(row)))
+                row[:width] = map(operator.add, row[:width], group_row)  # element-wise, in C
+            group_row.clear()
 
     def _halve(self) -> None:
-        for row in self.rows.values():
-            row[:] = [sum(row[i : i + 2]) for i in range(0, len(row), 2)]  # in place: rows are cached
+        # Halving is linear, so the groups' rows are halved as they are (folding them first would
+        # touch every key's row): the keys' rows get the halved counts when they are read.
+        for row in (*self._rows.values(), *(group_row for _, group_row in self._groups)):
+            if row:
+                if len(row) % 2:
+                    row.append(0)
+                row[:] = map(operator.add, row[0::2], row[1::2])  # pairs summed, in place: groups hold the rows
         self.bin_size *= 2
 
     @property
@@ -134,16 +211,31 @@ class TraceStore(Mapping[int, list[Trace]]):
                 raise ValueError(f"TraceStore({name}={value!r}): use None (keep everything) or an int >= 2.")
         self.max_steps = max_steps
         self.max_traces_per_step = max_traces_per_step
-        self._head: dict[int, list[Trace]] = {}
-        self._tail: OrderedDict[int, list[Trace]] = OrderedDict()
-        #: trace key → :class:`TraceStats`, over the whole run.
-        self.stats: dict[str, TraceStats] = {}
+        # step -> the traces of its events, one entry per event (the engine's own dict: an event costs
+        # one reference here, not one per trace), flattened when the step is read
+        self._head: dict[int, _StepTraces] = {}
+        self._tail: OrderedDict[int, _StepTraces] = OrderedDict()
+        self._stats: dict[str, TraceStats] = {}
         self.timeline = Timeline()
         #: How many traces were not kept in full (the totals still count them).
         self.dropped = 0
-        # id of a PlanTraces -> (it, its keys' stats, its keys' timeline rows): an event's plan that
-        # runs every step costs a few attribute writes per key, not dictionary look-ups.
-        self._plans: dict[int, tuple[PlanTraces, list[TraceStats], list[list[int]]]] = {}
+        # id of a PlanTraces -> its tally: an event's plan that runs every step costs one count and
+        # one timeline increment, whatever its number of keys; the keys' totals are brought up to
+        # date when they are read (``stats``).
+        self._plans: dict[int, _PlanTally] = {}
+        self._events = 0  # events recorded: orders the tallies' and the keys' latest runs
+        self._step: int | None = None  # the step last recorded, its list and timeline column
+        self._kept = _StepTraces()
+        self._column = 0
+        self._bin_size = 1
+
+    @property
+    def stats(self) -> dict[str, TraceStats]:
+        """Trace key → :class:`TraceStats`, over the whole run."""
+        for tally in self._plans.values():
+            if tally.pending:
+                tally.fold()
+        return self._stats
 
     # --- recording ---------------------------------------------------------------------------
     def log_traces(self, traces: Traces, step: int | None = None) -> None:
@@ -151,16 +243,25 @@ class TraceStore(Mapping[int, list[Trace]]):
         if not traces:
             return
         step = int(step or 0)
-        kept = self._step_list(step)
-        cached = self._plans.get(id(traces)) if type(traces) is PlanTraces else None
-        if cached is not None and cached[0] is traces:
-            for stats in cached[1]:
-                stats.count += 1
-                stats.last_step = step
-                stats.last_exit_code = None
-            self.timeline.add_rows(cached[2], step)
+        timeline = self.timeline
+        if step == self._step and timeline.bin_size == self._bin_size:  # another event of the step in flight
+            kept = self._kept
         else:
-            all_stats = self.stats
+            kept = self._kept = self._step_list(step)
+            self._column = timeline.column(step)
+            self._step, self._bin_size = step, timeline.bin_size
+        self._events += 1
+        tally = self._plans.get(id(traces)) if type(traces) is PlanTraces else None
+        if tally is not None and tally.traces is traces:
+            tally.pending += 1
+            tally.last_step = step
+            tally.last_event = self._events
+            row, column = tally.row, self._column  # Timeline.add_group, without finding the column again
+            if len(row) <= column:
+                row.extend([0] * (column + 1 - len(row)))
+            row[column] += 1
+        else:
+            all_stats = self._stats
             for key, trace in traces.items():
                 stats = all_stats.get(key)
                 if stats is None:
@@ -170,51 +271,64 @@ class TraceStore(Mapping[int, list[Trace]]):
                 if trace.order is not None:
                     stats.orders.add(trace.order)
                 stats.last_exit_code = trace.exit_code
+                stats._last_event = self._events
             self.timeline.add_all(traces, step)
-            if type(traces) is PlanTraces:  # its traces never change: cache what it updates
+            if type(traces) is PlanTraces:  # its traces never change: count its next runs as one
                 if len(self._plans) >= 4096:
-                    self._plans.clear()
-                self._plans[id(traces)] = (
-                    traces, [all_stats[key] for key in traces], [self.timeline.row(key) for key in traces]
+                    self._forget_plans()
+                self._plans[id(traces)] = _PlanTally(
+                    traces, [all_stats[key] for key in traces], self.timeline.group(traces)
                 )
         limit = self.max_traces_per_step
-        if limit is None or len(kept) + len(traces) <= limit:
-            kept.extend(traces.values())
+        if limit is None or kept.size + len(traces) <= limit:
+            # the engine's cached dict is never changed, so a reference is enough; any other is copied
+            kept.chunks.append(traces if type(traces) is PlanTraces else list(traces.values()))
+            kept.size += len(traces)
         else:
-            room = max(0, limit - len(kept))
-            kept.extend(list(traces.values())[:room])
+            room = max(0, limit - kept.size)
+            if room:
+                kept.chunks.append(list(traces.values())[:room])
+                kept.size += room
             self.dropped += len(traces) - room
 
-    def _step_list(self, step: int) -> list[Trace]:
+    def _step_list(self, step: int) -> _StepTraces:
         if step in self._head:
             return self._head[step]
         if step in self._tail:
             return self._tail[step]
+        kept = _StepTraces()
         if self.max_steps is None or len(self._head) < self.max_steps // 2:
-            kept: list[Trace] = []
             self._head[step] = kept
             return kept
-        kept = []
         self._tail[step] = kept
         while len(self._tail) > self.max_steps - self.max_steps // 2:
-            _, evicted = self._tail.popitem(last=False)
-            self.dropped += len(evicted)
+            evicted_step, evicted = self._tail.popitem(last=False)
+            self.dropped += evicted.size
+            if evicted_step == self._step:
+                self._step = None
         return kept
+
+    def _forget_plans(self) -> None:
+        for tally in self._plans.values():
+            tally.fold()
+        self.timeline.drop_groups()
+        self._plans.clear()
 
     def clear(self) -> None:
         """Forget everything recorded."""
         self._head.clear()
         self._tail.clear()
-        self.stats.clear()
+        self._step = None
+        self._stats.clear()
         self.timeline = Timeline(self.timeline.max_columns)
         self.dropped = 0
         self._plans.clear()
 
     # --- reading -----------------------------------------------------------------------------
     def __getitem__(self, step: int) -> list[Trace]:
-        if step in self._head:
-            return self._head[step]
-        return self._tail[step]
+        """The traces of ``step``, in run order (a new list)."""
+        kept = self._head[step] if step in self._head else self._tail[step]
+        return kept.flat()
 
     def __iter__(self) -> Iterator[int]:
         yield from self._head

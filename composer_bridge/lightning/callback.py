@@ -43,7 +43,6 @@ from composer_bridge.lightning.checkpoint_state import BridgeCheckpoint, check_k
 from composer_bridge.lightning.cost_report import CostReport
 from composer_bridge.lightning.cost_report import cost_report as build_cost_report
 from composer_bridge.lightning.hook_map import HOOK_EVENTS
-from composer_bridge.lightning.loggers import LightningLoggers
 from composer_bridge.lightning.module import ComposerModule, _batch_size, attach_bridge, detach_bridge
 from composer_bridge.lightning.module_hooks import ModuleHooks
 from composer_bridge.lightning.plan import Plan, make_plan
@@ -198,6 +197,10 @@ class AlgorithmEngineCallback(L.Callback):
             raise RuntimeError("AlgorithmEngineCallback.run_event was called before Trainer setup.")
         return self.engine.run_event(event)
 
+    def fire_event(self, event: Event) -> None:
+        """Run ``event`` through the engine, discarding its traces (the module hooks call this)."""
+        self._run_event(event)
+
     def _fire(self, hook: str) -> None:
         for event in HOOK_EVENTS[hook]:
             self._run_event(event)
@@ -247,11 +250,12 @@ class AlgorithmEngineCallback(L.Callback):
         state.accumulate_grad_batches = trainer.accumulate_grad_batches
         state.automatic_optimization = bool(pl_module.automatic_optimization)
         state.max_duration = _max_duration(trainer)
-        self.logger.destinations = [LightningLoggers(trainer), self._reporting.destination(trainer, self._current_step)]
+        # One destination: the traces' store and reports, which also forwards metrics to the Lightning loggers.
+        self.logger.destinations = [self._reporting.destination(trainer, self._current_step)]
         self.logger.step = self._current_step()
         if self.engine is None or self.engine.closed:
             self.engine = self._new_engine()
-        self._run_event = self.engine.run_event
+        self._run_event = self.engine.fire
         check_module(state.algorithms, pl_module, isinstance(pl_module, ComposerModule))
         if stage == TrainerFn.FITTING.value:
             self._conflicts = check_trainer(state.algorithms, trainer, state.automatic_optimization)

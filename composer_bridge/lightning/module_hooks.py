@@ -97,7 +97,7 @@ class ModuleHooks:
 
         def on_before_batch_transfer(batch: Any, dataloader_idx: int) -> Any:
             if bridge.listening and _compat.is_training(trainer):
-                bridge.run_event(Event.BEFORE_DATALOADER)
+                bridge.fire_event(Event.BEFORE_DATALOADER)
             return before_transfer(batch, dataloader_idx)
 
         def on_after_batch_transfer(batch: Any, dataloader_idx: int) -> Any:
@@ -115,8 +115,11 @@ class ModuleHooks:
 
         def backward_hook(loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
             state = bridge.state
-            if state is not None and any(a.backwards_create_graph for a in state.algorithms):
-                kwargs.setdefault("create_graph", True)
+            if state is not None:
+                for algorithm in state.algorithms:  # a plain loop: this runs every step
+                    if algorithm.backwards_create_graph:
+                        kwargs.setdefault("create_graph", True)
+                        break
             return backward(loss, *args, **kwargs)
 
         self._patches.set("backward", backward_hook)
@@ -133,7 +136,7 @@ class ModuleHooks:
             if not isinstance(loss, torch.Tensor) or state is None:
                 return output
             state.outputs, state.loss = output, loss
-            bridge.run_event(Event.BEFORE_BACKWARD)
+            bridge.fire_event(Event.BEFORE_BACKWARD)
             if state.loss is loss:
                 return output
             if isinstance(output, dict):
@@ -158,9 +161,9 @@ def _bracket(step: Callable[..., Any], bridge: Any, before: Event, after: Event)
     def wrapped(batch: Any, *args: Any, **kwargs: Any) -> Any:
         state = bridge.state
         state.batch = batch
-        bridge.run_event(before)
+        bridge.fire_event(before)
         state.outputs = step(state.batch, *args, **kwargs)
-        bridge.run_event(after)
+        bridge.fire_event(after)
         return state.outputs
 
     return wrapped

@@ -160,9 +160,8 @@ class _TextTraces:
         self._opened_before = False
 
     def write(self, step: int, traces: Traces) -> None:
+        """Write the traces of one event (the caller checks first that a file or the DEBUG log wants them)."""
         to_log = _trace_log.isEnabledFor(logging.DEBUG)
-        if not to_log and self.path is None:
-            return
         lines = [format_trace(step, key, trace) for key, trace in traces.items()]
         if to_log:
             for line in lines:
@@ -186,7 +185,8 @@ class _TextTraces:
 
 
 class TraceDestination(LoggerDestination):
-    """The engine-logger destination that feeds a :class:`TraceReporting` for one Trainer.
+    """The bridge's one engine-logger destination: traces to a :class:`TraceReporting`, metrics and
+    hyper-parameters to the Trainer's Lightning loggers (through :class:`LightningLoggers`).
 
     ``current_step`` gives the step for traces logged before the first batch (``INIT``,
     ``FIT_START``), when the engine logger has no step yet.
@@ -202,6 +202,8 @@ class TraceDestination(LoggerDestination):
         # The rank and the loggers do not change during a run: read them once, not at every event.
         self._global_zero = bool(getattr(trainer, "is_global_zero", True))
         self._has_loggers = bool(getattr(trainer, "loggers", None))
+        self._text_step: int | None = None
+        self._text_wanted = False
 
     def log_traces(self, traces: Traces, step: int | None = None) -> None:
         if not traces:
@@ -211,9 +213,21 @@ class TraceDestination(LoggerDestination):
         reporting.store.log_traces(traces, step)
         if not self._global_zero:
             return
-        reporting.text.write(step, traces)
+        if step != self._text_step:  # whether a file or the DEBUG log wants the text trace: once per step
+            self._text_step = step
+            self._text_wanted = reporting.text.path is not None or _trace_log.isEnabledFor(logging.DEBUG)
+        if self._text_wanted:
+            reporting.text.write(step, traces)
         if self._has_loggers:
             reporting.metrics.add(step, traces, self.sink)
+
+    def log_metrics(self, metrics: dict[str, Any], step: int | None = None) -> None:
+        """Algorithms' numbers, to every Lightning logger (rank zero)."""
+        self.sink.log_metrics(metrics, step)
+
+    def log_hyperparameters(self, hyperparameters: dict[str, Any]) -> None:
+        """Algorithms' configuration (e.g. surgery counts), to every Lightning logger's ``log_hyperparams``."""
+        self.sink.log_hyperparameters(hyperparameters)
 
 
 class TraceReporting:

@@ -45,3 +45,38 @@ def test_core_modules_import_no_lightning():
             if isinstance(node, ast.ImportFrom):
                 names = [node.module or ""]
             assert not [n for n in names if n.split(".")[0] in ("lightning", "pytorch_lightning")], path.name
+
+
+def _plain_copy(traces):
+    return {key: trace for key, trace in traces.items()}
+
+
+def test_counting_a_plan_once_per_event_gives_the_same_totals_and_timeline_as_counting_every_key():
+    """The store counts a repeated PlanTraces once per event and adds it to its keys when read; the
+    totals, latest steps, exit codes and timeline rows must equal those of counting every key every time."""
+    import random
+
+    from composer_bridge.core.trace import PlanTraces, Trace
+
+    def plan(*names, event=Event.BATCH_END, code=None):
+        traces = PlanTraces((f"{n}/{event.name}", Trace(n, event, None, i, True)) for i, n in enumerate(names))
+        if code is not None:  # an exit code: the engine hands a fresh plain dict then
+            first = next(iter(traces))
+            return {**traces, first: Trace(traces[first].name, event, code, 0, True)}
+        return traces
+
+    plans = [plan("A", "B", "C"), plan("A", "C"), plan("B", event=Event.EPOCH_END), plan("A", "B", "C", code=3)]
+    lazy, eager = TraceStore(max_steps=40, max_traces_per_step=6), TraceStore(max_steps=40, max_traces_per_step=6)
+    lazy.timeline.max_columns = eager.timeline.max_columns = 8  # many halvings over 300 steps
+    draw = random.Random(0)
+    for step in range(300):
+        for _ in range(draw.randint(0, 3)):
+            traces = draw.choice(plans)
+            lazy.log_traces(traces, step)
+            eager.log_traces(_plain_copy(traces), step)
+        if step % 37 == 0:  # reading in the middle of the run must not change what comes later
+            assert lazy.stats == eager.stats
+    assert lazy.stats == eager.stats and set(lazy.stats) == {"A/BATCH_END", "B/BATCH_END", "C/BATCH_END", "B/EPOCH_END"}
+    assert lazy.timeline.rows == eager.timeline.rows
+    assert lazy.timeline.bin_size == eager.timeline.bin_size > 1
+    assert list(lazy) == list(eager) and all(lazy[s] == eager[s] for s in lazy) and lazy.dropped == eager.dropped
