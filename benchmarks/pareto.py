@@ -368,14 +368,15 @@ def summarise(task: Task | dict[str, Any], runs: list[Run]) -> Summary:
         mean_speed = statistics.mean(s or 0.0 for s in per_seed) if per_seed else None
         on_mean = strict_speedup(base_mean, mean_curve(config), higher) if base_mean and mean_curve(config) else None
         # The target "on or above the baseline from the middle budget up": the recipe's mean quality,
-        # interpolated at the baseline's mean training time of each budget from the middle one.
+        # interpolated at the baseline's mean training time of each budget from the middle one (after
+        # the recipe's longest run has finished, its last quality: see quality_by).
         above = []
         mine_mean = mean_curve(config)
         for t, q in base_mean[len(base_mean) // 2:]:
-            q_mine = _interpolate(mine_mean, t)
+            q_mine = quality_by(mine_mean, t)
             above.append(None if q_mine is None else (q_mine >= q - 1e-12 if higher else q_mine <= q + 1e-12))
         verdict = ("yes" if above and all(a is True for a in above) else
-                   "no" if any(a is False for a in above) else "beyond the recipe's measured range")
+                   "no" if any(a is False for a in above) else "before the recipe's first budget")
         speedups[config] = {"per_seed": per_seed, "mean": mean_speed,
                             "reached": sum(s is not None for s in per_seed), "seeds": len(per_seed),
                             "on_mean_curves": None if on_mean is None else on_mean[0], "above_from_middle": verdict}
@@ -387,6 +388,24 @@ def summarise(task: Task | dict[str, Any], runs: list[Run]) -> Summary:
     ranked = sorted(speedups, key=lambda c: (speedups[c]["mean"] or 0.0, speedups[c]["on_mean_curves"] or 0.0),
                     reverse=True)
     return Summary(name, "\n".join(lines), speedups, ranked[0] if ranked else None)
+
+
+def quality_by(curve: list[tuple[float, float]], t: float) -> float | None:
+    """The quality the time-ordered ``curve`` has at time ``t``, for the curve check.
+
+    Between its points: linear interpolation. After its last point: the last point's quality (a
+    recipe whose longest run finished before ``t`` has that quality by ``t``; nothing is
+    extrapolated upwards). Before its first point: ``None`` (not measured).
+
+    Example:
+        >>> quality_by([(1.0, 0.5), (3.0, 0.9)], 2.0), quality_by([(1.0, 0.5), (3.0, 0.9)], 5.0)
+        (0.7, 0.9)
+        >>> quality_by([(1.0, 0.5), (3.0, 0.9)], 0.5) is None
+        True
+    """
+    if curve and t > curve[-1][0]:
+        return curve[-1][1]
+    return _interpolate(curve, t)
 
 
 def _interpolate(curve: list[tuple[float, float]], t: float) -> float | None:

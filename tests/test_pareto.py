@@ -58,3 +58,21 @@ def test_a_seed_that_never_reaches_q_counts_as_zero_in_the_mean(pareto) -> None:
     assert speeds["per_seed"][1:] == [pytest.approx(2.0), None]
     assert speeds["reached"] == 2 and speeds["mean"] == pytest.approx((2.0 / 0.75 + 2.0 + 0.0) / 3, abs=1e-5)
     assert "fail" in summary.table and summary.best == "r"
+
+
+def test_the_curve_check_holds_a_cheaper_recipe_at_its_last_quality_after_its_last_run(pareto) -> None:
+    def run(config: str, budget: int, quality: float, seconds: float):
+        return pareto.Run("t", config, budget, 0, quality, seconds, seconds, 0.0)
+
+    base = [run("baseline", b, q, t) for b, q, t in [(1, 0.5, 1.0), (2, 0.8, 2.0), (4, 0.9, 4.0), (8, 0.95, 8.0)]]
+    # Cheaper per step and better at every budget: its longest run ends (at 6 s) before the baseline's.
+    cheaper = [run("cheaper", b, q, t) for b, q, t in [(1, 0.6, 0.75), (2, 0.85, 1.5), (4, 0.93, 3.0), (8, 0.96, 6.0)]]
+    # Just as cheap, but its longest run ends below the baseline's: holding its last quality is not enough.
+    short = [run("short", b, q, t) for b, q, t in [(1, 0.6, 0.75), (2, 0.85, 1.5), (4, 0.93, 3.0), (8, 0.94, 6.0)]]
+    task = {"name": "t", "higher_is_better": True, "unit": "steps", "configs": ["baseline", "cheaper", "short"]}
+    speeds = pareto.summarise(task, base + cheaper + short).speedups
+    assert speeds["cheaper"]["above_from_middle"] == "yes"
+    assert speeds["short"]["above_from_middle"] == "no"
+    assert pareto.quality_by([(1.0, 0.5), (3.0, 0.9)], 2.0) == pytest.approx(0.7)
+    assert pareto.quality_by([(1.0, 0.5), (3.0, 0.9)], 5.0) == 0.9  # held, not extrapolated
+    assert pareto.quality_by([(1.0, 0.5), (3.0, 0.9)], 0.5) is None
