@@ -139,6 +139,20 @@ class State:
         self._uncounted = None
         self._timestamp = value
 
+    @property
+    def batch_count(self) -> int:
+        """Optimizer steps completed: ``timestamp.batch.value``, read without building a new Timestamp.
+
+        Example:
+            >>> state = State(torch.nn.Linear(2, 2))
+            >>> state.count_batch(samples=8, seconds=0.25)
+            >>> state.batch_count, state.timestamp.batch.value
+            (1, 1)
+        """
+        uncounted = self._uncounted
+        done = self._timestamp.batch.value
+        return done if uncounted is None else done + uncounted[0]
+
     def count_batch(self, samples: int, seconds: float, batches: int = 1) -> None:
         """Count one finished batch (optimizer step) of ``samples`` samples that took ``seconds``.
 

@@ -216,9 +216,12 @@ class TraceStore(Mapping[int, list[Trace]]):
         self._head: dict[int, _StepTraces] = {}
         self._tail: OrderedDict[int, _StepTraces] = OrderedDict()
         self._stats: dict[str, TraceStats] = {}
-        self.timeline = Timeline()
-        #: How many traces were not kept in full (the totals still count them).
-        self.dropped = 0
+        self._timeline = Timeline()
+        self._dropped = 0
+        # The engine's cached trace dicts of the step in flight, recorded when the step changes or
+        # anything is read: a step's events are then recorded in one go, not each from a cold start.
+        self._pending: list[PlanTraces] = []
+        self._pending_step = 0
         # id of a PlanTraces -> its tally: an event's plan that runs every step costs one count and
         # one timeline increment, whatever its number of keys; the keys' totals are brought up to
         # date when they are read (``stats``).
@@ -232,18 +235,48 @@ class TraceStore(Mapping[int, list[Trace]]):
     @property
     def stats(self) -> dict[str, TraceStats]:
         """Trace key → :class:`TraceStats`, over the whole run."""
+        self._drain()
         for tally in self._plans.values():
             if tally.pending:
                 tally.fold()
         return self._stats
+
+    @property
+    def timeline(self) -> Timeline:
+        """Which keys ran in which steps (a :class:`Timeline`), over the whole run."""
+        self._drain()
+        return self._timeline
+
+    @property
+    def dropped(self) -> int:
+        """How many traces were not kept in full (the totals still count them)."""
+        self._drain()
+        return self._dropped
 
     # --- recording ---------------------------------------------------------------------------
     def log_traces(self, traces: Traces, step: int | None = None) -> None:
         """Record the traces of one event at ``step`` (``None`` counts as step 0)."""
         if not traces:
             return
-        step = int(step or 0)
-        timeline = self.timeline
+        step = step if type(step) is int else int(step or 0)
+        if type(traces) is PlanTraces:  # the engine's: it never changes, so it may wait for the step's end
+            if step != self._pending_step:
+                self._drain()
+                self._pending_step = step
+            self._pending.append(traces)
+            return
+        self._drain()  # anything else is recorded now, after what came before it
+        self._record(traces, step)
+
+    def _drain(self) -> None:
+        if self._pending:
+            pending, self._pending = self._pending, []
+            step = self._pending_step
+            for traces in pending:
+                self._record(traces, step)
+
+    def _record(self, traces: Traces, step: int) -> None:
+        timeline = self._timeline
         if step == self._step and timeline.bin_size == self._bin_size:  # another event of the step in flight
             kept = self._kept
         else:
@@ -272,13 +305,11 @@ class TraceStore(Mapping[int, list[Trace]]):
                     stats.orders.add(trace.order)
                 stats.last_exit_code = trace.exit_code
                 stats._last_event = self._events
-            self.timeline.add_all(traces, step)
+            timeline.add_all(traces, step)
             if type(traces) is PlanTraces:  # its traces never change: count its next runs as one
                 if len(self._plans) >= 4096:
                     self._forget_plans()
-                self._plans[id(traces)] = _PlanTally(
-                    traces, [all_stats[key] for key in traces], self.timeline.group(traces)
-                )
+                self._plans[id(traces)] = _PlanTally(traces, [all_stats[key] for key in traces], timeline.group(traces))
         limit = self.max_traces_per_step
         if limit is None or kept.size + len(traces) <= limit:
             # the engine's cached dict is never changed, so a reference is enough; any other is copied
@@ -289,7 +320,7 @@ class TraceStore(Mapping[int, list[Trace]]):
             if room:
                 kept.chunks.append(list(traces.values())[:room])
                 kept.size += room
-            self.dropped += len(traces) - room
+            self._dropped += len(traces) - room
 
     def _step_list(self, step: int) -> _StepTraces:
         if step in self._head:
@@ -303,7 +334,7 @@ class TraceStore(Mapping[int, list[Trace]]):
         self._tail[step] = kept
         while len(self._tail) > self.max_steps - self.max_steps // 2:
             evicted_step, evicted = self._tail.popitem(last=False)
-            self.dropped += evicted.size
+            self._dropped += evicted.size
             if evicted_step == self._step:
                 self._step = None
         return kept
@@ -311,30 +342,34 @@ class TraceStore(Mapping[int, list[Trace]]):
     def _forget_plans(self) -> None:
         for tally in self._plans.values():
             tally.fold()
-        self.timeline.drop_groups()
+        self._timeline.drop_groups()
         self._plans.clear()
 
     def clear(self) -> None:
         """Forget everything recorded."""
+        self._pending = []
         self._head.clear()
         self._tail.clear()
         self._step = None
         self._stats.clear()
-        self.timeline = Timeline(self.timeline.max_columns)
-        self.dropped = 0
+        self._timeline = Timeline(self._timeline.max_columns)
+        self._dropped = 0
         self._plans.clear()
 
     # --- reading -----------------------------------------------------------------------------
     def __getitem__(self, step: int) -> list[Trace]:
         """The traces of ``step``, in run order (a new list)."""
+        self._drain()
         kept = self._head[step] if step in self._head else self._tail[step]
         return kept.flat()
 
     def __iter__(self) -> Iterator[int]:
+        self._drain()
         yield from self._head
         yield from self._tail
 
     def __len__(self) -> int:
+        self._drain()
         return len(self._head) + len(self._tail)
 
     def keys_at(self, step: int) -> list[str]:

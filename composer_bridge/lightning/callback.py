@@ -602,7 +602,7 @@ class AlgorithmEngineCallback(L.Callback):
         return Engine(State(torch.nn.Module()), algorithm_passes=self.algorithm_passes).passes
 
     def _current_step(self) -> int:
-        return int(self.state.timestamp.batch.value) if self.state is not None else 0
+        return self.state.batch_count if self.state is not None else 0
 
     def _run_config(self) -> dict[str, Any]:
         algorithms = self.state.algorithms if self.state is not None else self.algorithms
