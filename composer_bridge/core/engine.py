@@ -201,8 +201,6 @@ class Engine:
         self.measure_cost = measure_cost
         self._cost: dict[str, list[float]] = {}
         self._sample = random.Random(0).random  # private: never touches the global random state
-        #: Called as ``marker(event, state)`` at every event, before the algorithms (profilers).
-        self.markers: list[Callable[[Event, State], None]] = []
         #: Called with no argument after a handler is added (the Lightning bridge starts listening then).
         self.on_handler_added: Callable[[], None] | None = None
         for algorithm_pass, index in normalize_passes(algorithm_passes):
@@ -298,10 +296,8 @@ class Engine:
             event = Event(event)
         state = self.state
         algorithms = state._algorithms  # not the property: this runs a dozen times per step
-        if not (algorithms or state.callbacks or self.markers or self._handlers or self._user_passes):
+        if not (algorithms or state.callbacks or self._handlers or self._user_passes):
             return {}  # nothing listens (a bridge without algorithms): skip the bookkeeping below
-        for marker in self.markers:
-            marker(event, state)
         traces = self._run_algorithms(event, state, algorithms) if algorithms or self._user_passes else {}
         for callback in state.callbacks:
             callback.run_event(event, state, self.logger)
@@ -368,22 +364,12 @@ class Engine:
         return traces
 
     def has_listeners(self) -> bool:
-        """Whether :meth:`run_event` could do anything: an algorithm, engine callback, marker or handler exists.
+        """Whether :meth:`run_event` could do anything: an algorithm, engine callback, handler or registered pass.
 
         The Lightning bridge reads this between steps to skip its per-step events while nothing listens.
         """
         state = self.state
-        return bool(state.algorithms or state.callbacks or self.markers or any(self._handlers.values()))
-
-    def run_marker_only_event(self, event: Event | str) -> None:
-        """Run only the markers (profilers) for ``event``: no algorithm, callback or handler.
-
-        Used where an event's pair cannot fire, e.g. ``AFTER_DATALOADER`` when the dataloader is
-        exhausted and yields no batch, to close the ``BEFORE_DATALOADER`` marker.
-        """
-        event = Event(event)
-        for marker in self.markers:
-            marker(event, self.state)
+        return bool(state.algorithms or state.callbacks or self._user_passes or any(self._handlers.values()))
 
     def close(self) -> None:
         """Shut down: every callback's ``close``, then ``post_close`` for those whose ``close`` did not raise.

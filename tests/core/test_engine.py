@@ -488,15 +488,12 @@ def test_close_twice_does_nothing_and_run_event_after_close_raises():
 
 
 # --- markers, cost, independence --------------------------------------------------------------------------
-def test_run_marker_only_event_runs_the_markers_and_nothing_else():
+def test_an_event_runs_the_algorithms_then_the_engine_callbacks_then_the_handlers():
     log = []
     engine = make_engine(A(log), callbacks=[CallbackRecorder(log)])
     engine.add_event_handler(Event.AFTER_DATALOADER, lambda state, event: log.append(("handler", event)))
-    engine.markers.append(lambda event, state: log.append(("marker", event)))
-    engine.run_marker_only_event("after_dataloader")
-    assert log == [("marker", Event.AFTER_DATALOADER)]
     engine.run_event(Event.AFTER_DATALOADER)
-    assert [name for name, _ in log] == ["marker", "marker", "A", "callback", "handler"]
+    assert [name for name, _ in log] == ["A", "callback", "handler"]
 
 
 def test_measure_cost_counts_calls_and_seconds_per_trace_key():

@@ -123,7 +123,7 @@ def test_batch_wall_clock_leaves_out_evaluation_and_adds_up_to_the_training_time
     assert timestamp.total_wct.total_seconds() > 0
 
 
-def test_engine_has_listeners_follows_algorithms_callbacks_handlers_and_markers() -> None:
+def test_engine_has_listeners_follows_algorithms_callbacks_handlers_and_passes() -> None:
     state = State(torch.nn.Linear(1, 1))
     engine = Engine(state)
     assert not engine.has_listeners()
@@ -131,11 +131,15 @@ def test_engine_has_listeners_follows_algorithms_callbacks_handlers_and_markers(
     assert engine.has_listeners()
     handle.remove()
     assert not engine.has_listeners()
-    engine.markers.append(lambda event, state: None)
-    assert engine.has_listeners()
-    engine.markers.clear()
     state.algorithms = [Record()]
     assert engine.has_listeners()
+    # A registered pass is asked at every event, as in Composer, even with no algorithm to order.
+    seen = []
+    passing = Engine(State(torch.nn.Linear(1, 1)))
+    passing.register_pass(lambda algorithms, event: seen.append(event) or list(algorithms))
+    assert passing.has_listeners()
+    passing.run_event(Event.BATCH_END)
+    assert seen == [Event.BATCH_END]
 
 
 PER_STEP_HOOKS = (
