@@ -110,8 +110,12 @@ VISION_IMAGE_OVERRIDES: dict[str, Any] = {"progressive_resizing": {"initial_scal
 def vision_recipe(name: str) -> Callable[[int], list[Any]]:
     from composer_bridge import recipes
 
+    # Only for the algorithms the recipe has: an override naming one it lacks would add it.
+    present = {cls.lower() for cls, _ in recipes.VISION_RECIPES[name]}
+    overrides = {key: value for key, value in VISION_IMAGE_OVERRIDES.items() if key.replace("_", "") in present}
+
     def build(total_steps: int) -> list[Any]:
-        return recipes.vision(name, total_steps=total_steps, missing="drop", **VISION_IMAGE_OVERRIDES)
+        return recipes.vision(name, total_steps=total_steps, missing="drop", **overrides)
 
     return build
 
@@ -183,7 +187,7 @@ def vision_task(quick: bool, posthoc: bool = False) -> Task:
     if posthoc:
         configs[POSTHOC_VISION] = lambda steps: [
             a for a in vision_recipe("mild")(steps) if type(a).__name__ not in ("ProgressiveResizing", "EMA")]
-    for name in () if posthoc else (("mild",) if quick else ("mild", "medium")):
+    for name in () if posthoc else (("mild",) if quick else ("mild", "medium", "short")):
         configs[name] = vision_recipe(name)
     # From half an epoch (the baseline far from its best) to 4 epochs (where it has levelled off).
     return Task(

@@ -30,6 +30,15 @@ repository (the code behind MosaicML's "Mosaic ResNet" blog posts, 2022), which 
   SAM(rho=0.5, interval=5), ColOut(p_row=0.05, p_col=0.05), StochasticDepth(drop_rate=0.1,
   stochastic_method="sample", drop_distribution="linear") and RandAugment(depth=1, severity=9).
 
+One recipe here is not MosaicML's: **short** is mild without ProgressiveResizing and EMA
+(BlurPool, ChannelsLast, LabelSmoothing(smoothing=0.08)), for runs of a few hundred optimizer steps
+on small images. There ProgressiveResizing has little to shrink (a network that trained on 6x6
+digits re-learns at 8x8) and an EMA of the weights lags behind a learning rate that is already
+annealed to zero. It was chosen on the digits Pareto benchmark (``benchmarks/pareto.py``) on
+tuning seeds 100 to 117, among 21 variants (single algorithms and mild with SAM, GhostBatchNorm,
+SelectiveBackprop, SWA, LayerFreezing, ...), and evaluated once on seeds 0 to 2; docs/benchmarks.md
+has both.
+
 The published recipes also change things that are not algorithms (binary cross-entropy loss,
 a 176-pixel training crop, FFCV data loading, the number of epochs); set those in your own
 module and data. RandAugment here works on the batch, after the data loader, and reads images
@@ -107,6 +116,9 @@ VISION_RECIPES: dict[str, _Spec] = {
             "drop_distribution": "linear", "drop_rate": 0.1,
         }),
     ],
+    # Not a MosaicML recipe: mild without ProgressiveResizing and EMA, for short runs on small images
+    # (see the module docstring and docs/benchmarks.md, "Quality against training time (Pareto)").
+    "short": [_MILD[0], _MILD[1], _MILD[4]],
 }
 
 _GPT: _Spec = [
@@ -222,7 +234,10 @@ def scale_to_run(class_name: str, kwargs: Mapping[str, Any], total_steps: int) -
 
 def vision(name: str = "mild", *, total_steps: int | None = None, missing: str = "error",
            **overrides: Any) -> list[Algorithm]:
-    """The Mosaic ResNet recipe ``name`` (``"mild"``, ``"medium"`` or ``"hot"``) as algorithm instances.
+    """The Mosaic ResNet recipe ``name`` (``"mild"``, ``"medium"`` or ``"hot"``), or ``"short"``, as algorithm instances.
+
+    ``"short"`` (BlurPool, ChannelsLast, LabelSmoothing) is for runs of a few hundred steps on
+    small images, where mild's ProgressiveResizing and EMA cost accuracy (see the module docstring).
 
     Args:
         name: which recipe.

@@ -99,6 +99,21 @@ def test_every_call_returns_fresh_instances() -> None:
 
 
 @needs("EMA")
+def test_the_short_recipe_is_mild_without_progressive_resizing_and_ema() -> None:
+    # Written out independently of recipes.py: what docs/benchmarks.md evaluated as "short".
+    built = recipes.vision("short")
+    assert [type(a).__name__ for a in built] == ["BlurPool", "ChannelsLast", "LabelSmoothing"]
+    assert built[2].hparams()["smoothing"] == PUBLISHED_VISION["mild"]["LabelSmoothing"]["smoothing"]
+    assert built[0].hparams() == BlurPool().hparams()  # BlurPool's defaults, as in mild
+    assert built == recipes.vision("mild", progressive_resizing=None, ema=None)
+    # nothing in it is counted in steps: a run's length changes nothing
+    for total_steps in (12, 92, 100_000):
+        assert recipes.vision("short", total_steps=total_steps) == built
+        assert recipes.for_run("short", total_steps) == built
+    # the published table is left as it was
+    assert [cls for cls, _ in recipes.VISION_RECIPES["mild"]] == list(PUBLISHED_VISION["mild"])
+
+
 def test_a_plain_value_sets_the_main_hyper_parameter() -> None:
     smoothing = recipes.vision("mild", label_smoothing=0.1)[-1]
     assert smoothing == LabelSmoothing(smoothing=0.1)
@@ -125,7 +140,7 @@ def test_an_instance_replaces_and_a_new_library_algorithm_is_appended() -> None:
 
 
 def test_unknown_recipe_name_says_what_exists() -> None:
-    with pytest.raises(ValueError, match=r"unknown recipe.*'mild'.*\['hot', 'medium', 'mild'\]"):
+    with pytest.raises(ValueError, match=r"unknown recipe.*'mild'.*\['hot', 'medium', 'mild', 'short'\]"):
         recipes.vision("mlid")
     with pytest.raises(ValueError, match=r"unknown recipe.*gpt"):
         recipes.language("bert")
