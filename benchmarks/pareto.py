@@ -10,8 +10,9 @@ Two tasks on data that ships with the installed packages:
 - **vision**: ``ResNetCNN(widths=(16, 32))`` on scikit-learn's 8x8 digits (``examples/vision.py``'s
   set-up, narrower: SGD, one-cycle learning rate, batch 64), budgets of 12, 23, 46 and 92
   optimizer steps (half an epoch to 4 epochs); quality = validation accuracy (360 images). The
-  recipes are ``recipes.vision(name, total_steps=...)`` with the image-size adjustments of
-  ``examples/vision.py`` (ProgressiveResizing from 6x6 in 2-pixel steps).
+  recipes are ``recipes.vision(name, total_steps=...)`` for ``mild``, ``medium`` and ``short``,
+  with the image-size adjustments of ``examples/vision.py`` (ProgressiveResizing from 6x6 in
+  2-pixel steps).
 - **language**: a 2-layer character-level GPT (d_model 64, context 128, batch 4) on Python's
   standard-library source (``examples/language.py``), budgets of 25, 50, 100 and 200 steps;
   quality = validation bits per character (lower is better), on the whole validation split at
@@ -178,7 +179,8 @@ def vision_train(config: str, algorithms: list[Any], steps: int, seed: int) -> F
 
 #: A variant chosen *after* the first full run, from its ablation (ProgressiveResizing and EMA cost
 #: accuracy in short runs; BlurPool, LabelSmoothing and ChannelsLast did not). ``--posthoc`` runs it
-#: against the baseline; run it on seeds the ablation did not see (``--first-seed 3``).
+#: against the baseline; run it on seeds the ablation did not see (``--first-seed 3``). The same
+#: algorithms are now ``recipes.vision("short")``, which the full grid runs.
 POSTHOC_VISION = "mild without ProgressiveResizing, EMA"
 
 
