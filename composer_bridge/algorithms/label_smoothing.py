@@ -2,7 +2,9 @@
 
 Functional form :func:`smooth_labels`; the :class:`LabelSmoothing` algorithm swaps the batch's
 targets for smoothed ones at ``BEFORE_LOSS`` and puts the originals back at ``AFTER_LOSS``, so
-metrics and other algorithms see the real labels.
+metrics and other algorithms see the real labels. Outputs may be a logits tensor (classes along
+dimension 1) or, as Hugging Face models return, an object with a ``logits`` attribute or key
+(classes last, labels ``-100`` ignored).
 
 Example:
     >>> import torch
@@ -14,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -30,13 +33,21 @@ if TYPE_CHECKING:
 __all__ = ["LabelSmoothing", "smooth_labels"]
 
 
-def smooth_labels(logits: torch.Tensor, target: torch.Tensor, smoothing: float = 0.1) -> torch.Tensor:
+def smooth_labels(
+    logits: torch.Tensor, target: torch.Tensor, smoothing: float = 0.1, class_dim: int = 1
+) -> torch.Tensor:
     """Shrink ``target`` towards uniform: ``(1 - smoothing) * one_hot(target) + smoothing / num_classes``.
 
     Args:
-        logits: the model's outputs (or any tensor of their shape), ``(N, num_classes, ...)``.
-        target: class indices of shape ``(N, ...)`` or probabilities shaped like ``logits``.
+        logits: the model's outputs (or any tensor of their shape), ``(N, num_classes, ...)``, or
+            ``(..., num_classes)`` with ``class_dim=-1``.
+        target: class indices (the logits' shape without the class dimension) or probabilities
+            shaped like ``logits``.
         smoothing: in ``[0, 1]``; 0 leaves the targets unchanged, 1 makes them uniform.
+        class_dim: ``1`` (default; image and ``(N, C)`` logits) or ``-1`` (classes last, as in
+            Hugging Face's ``(batch, sequence, vocabulary)`` logits). With ``-1``, negative indices
+            (Hugging Face's ``-100``) are ignored positions: their rows stay all zeros, which
+            ``HuggingFaceModel``'s loss leaves out of its mean.
 
     Returns:
         The smoothed targets, shaped like ``logits``: float32 for index targets, the targets'
@@ -47,10 +58,15 @@ def smooth_labels(logits: torch.Tensor, target: torch.Tensor, smoothing: float =
         >>> out = smooth_labels(torch.zeros(1, 5), torch.tensor([2]), smoothing=0.5)
         >>> tuple(round(p, 3) for p in out[0].tolist())
         (0.1, 0.1, 0.6, 0.1, 0.1)
+        >>> smooth_labels(torch.zeros(1, 2, 4), torch.tensor([[3, -100]]), 0.5, class_dim=-1).tolist()
+        [[[0.125, 0.125, 0.125, 0.625], [0.0, 0.0, 0.0, 0.0]]]
     """
     _check_smoothing(smoothing)
-    probabilities = targets_as_probabilities(logits, target)
-    return probabilities * (1.0 - smoothing) + smoothing / logits.shape[1]
+    probabilities = targets_as_probabilities(logits, target, class_dim)
+    uniform = smoothing / logits.shape[class_dim]
+    if class_dim == -1 and target.shape != logits.shape:  # index targets: ignored rows stay zero
+        return probabilities * (1.0 - smoothing) + uniform * (target >= 0).unsqueeze(-1)
+    return probabilities * (1.0 - smoothing) + uniform
 
 
 def _check_smoothing(smoothing: float) -> None:
@@ -67,7 +83,13 @@ class LabelSmoothing(Algorithm):
 
     The original targets are restored at ``AFTER_LOSS``. Needs a
     :class:`~composer_bridge.ComposerModule` (separate ``forward`` and ``loss``) whose loss
-    accepts probability targets, as :class:`~composer_bridge.ComposerClassifier`'s does.
+    accepts probability targets, as :class:`~composer_bridge.ComposerClassifier`'s and
+    ``composer_bridge.hf.HuggingFaceModel``'s do.
+
+    Tensor outputs are logits with the classes along dimension 1. Outputs with a ``logits``
+    attribute or key (Hugging Face's output objects) have the classes along the last dimension;
+    their labels may be ``-100`` (ignored: the smoothed row is all zeros). For Hugging Face
+    batches pass ``target_key="labels"``.
 
     Args:
         smoothing: weight of the uniform distribution, in ``[0, 1]``. Default ``0.1``.
@@ -93,14 +115,32 @@ class LabelSmoothing(Algorithm):
 
     def apply(self, event: Event, state: State, logger: Logger) -> None:
         if event == Event.BEFORE_LOSS:
-            labels = state.batch_get_item(self.target_key)
-            if not isinstance(state.outputs, torch.Tensor) or not isinstance(labels, torch.Tensor):
+            logits, class_dim = _logits_of(state.outputs)
+            try:
+                labels = state.batch_get_item(self.target_key)
+            except KeyError as err:
+                if class_dim == -1 and isinstance(state.batch, Mapping) and "labels" in state.batch:
+                    raise KeyError(f"{err.args[0]} For Hugging Face batches pass LabelSmoothing("
+                                   "target_key='labels').") from None
+                raise
+            if not isinstance(logits, torch.Tensor) or not isinstance(labels, torch.Tensor):
                 raise TypeError(
-                    f"LabelSmoothing needs tensor outputs and targets, got outputs of type "
-                    f"{type(state.outputs).__name__} and targets of type {type(labels).__name__}."
+                    f"LabelSmoothing needs tensor outputs (or an output object with a .logits tensor) and "
+                    f"tensor targets, got outputs of type {type(state.outputs).__name__} and targets of type "
+                    f"{type(labels).__name__}."
                 )
             self.original_labels = labels
-            state.batch_set_item(self.target_key, smooth_labels(state.outputs, labels, self.smoothing))
+            state.batch_set_item(self.target_key, smooth_labels(logits, labels, self.smoothing, class_dim))
         elif self.original_labels is not None:
             state.batch_set_item(self.target_key, self.original_labels)
             self.original_labels = None
+
+
+def _logits_of(outputs: Any) -> tuple[Any, int]:
+    """The logits in ``outputs`` and their class dimension: 1 for a tensor, -1 for a ``.logits``/``["logits"]``."""
+    if isinstance(outputs, torch.Tensor):
+        return outputs, 1
+    logits = getattr(outputs, "logits", None)
+    if logits is None and isinstance(outputs, Mapping):
+        logits = outputs.get("logits")
+    return (logits, -1) if logits is not None else (outputs, 1)

@@ -12,7 +12,8 @@ itself, so the algorithms that act between the two (SelectiveBackprop, or your o
 - ``"sequence_classification"``: cross-entropy (mean squared error when ``num_labels == 1``).
 
 Labels equal to ``-100`` are ignored; the mean is over the labelled tokens of the batch.
-Probability targets shaped like the logits (soft labels) are accepted too.
+Probability targets shaped like the logits (soft labels) are accepted too; a position whose
+target row is all zeros is ignored, as ``-100`` is (that is what LabelSmoothing makes of ``-100``).
 
 Example:
     >>> import torch, transformers
@@ -200,9 +201,9 @@ def _rows(batch: Any) -> int | None:
 def _token_loss(logits: torch.Tensor, labels: torch.Tensor, reduction: str) -> torch.Tensor:
     """Cross-entropy per token, reduced over the labelled tokens (``(B, S, V)`` logits)."""
     vocab = logits.shape[-1]
-    if labels.is_floating_point() and labels.shape == logits.shape:  # soft labels: every token counts
+    if labels.is_floating_point() and labels.shape == logits.shape:  # soft labels: all-zero rows are ignored
         per_token = -(labels.float() * F.log_softmax(logits.float(), dim=-1)).sum(-1)
-        counted = torch.ones_like(per_token)
+        counted = (labels != 0).any(dim=-1).to(per_token.dtype)
     else:
         per_token = F.cross_entropy(logits.reshape(-1, vocab).float(), labels.reshape(-1).long(),
                                     ignore_index=IGNORE_INDEX, reduction="none").view(labels.shape)
@@ -217,7 +218,9 @@ def _token_loss(logits: torch.Tensor, labels: torch.Tensor, reduction: str) -> t
 def _classification_loss(logits: torch.Tensor, labels: torch.Tensor, reduction: str) -> torch.Tensor:
     if logits.shape[-1] == 1:  # regression, as Hugging Face does for num_labels == 1
         return F.mse_loss(logits.squeeze(-1).float(), labels.float(), reduction=reduction)
-    if labels.is_floating_point() and labels.shape == logits.shape:
+    if labels.is_floating_point() and labels.shape == logits.shape:  # all-zero rows are ignored, as -100
         per_example = -(labels.float() * F.log_softmax(logits.float(), dim=-1)).sum(-1)
-        return {"none": per_example, "sum": per_example.sum(), "mean": per_example.mean()}[reduction]
+        if reduction == "mean":
+            return per_example.sum() / (labels != 0).any(dim=-1).sum().clamp(min=1)
+        return per_example.sum() if reduction == "sum" else per_example
     return F.cross_entropy(logits.float(), labels.long(), ignore_index=IGNORE_INDEX, reduction=reduction)

@@ -5,9 +5,11 @@ from __future__ import annotations
 import doctest
 import itertools
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import composer_bridge.algorithms.label_smoothing as label_smoothing_module
 from composer_bridge import Event, Logger, State
@@ -76,6 +78,60 @@ def test_the_algorithm_smooths_for_the_loss_and_restores_the_labels_after_it() -
     torch.testing.assert_close(state.batch["label"], smoothed_by_formula(labels, 3, 0.3))
     algorithm.apply(Event.AFTER_LOSS, state, Logger())
     assert state.batch["label"] is labels
+
+
+def test_classes_last_smooths_along_the_last_dimension_and_keeps_ignored_rows_zero() -> None:
+    logits = torch.randn(2, 5, 7)  # (batch, sequence, vocabulary), as Hugging Face's LM logits
+    target = torch.randint(0, 7, (2, 5))
+    target[0, :2] = -100
+    target[1, 4] = -3  # any negative label is ignored
+    out = smooth_labels(logits, target, 0.2, class_dim=-1)
+    ignored = target < 0
+    expected = smoothed_by_formula(target.clamp(min=0).reshape(-1), 7, 0.2).reshape(2, 5, 7)
+    torch.testing.assert_close(out[~ignored], expected[~ignored])
+    assert not out[ignored].any()
+    # soft cross-entropy over the kept rows is PyTorch's label-smoothed cross-entropy
+    log_p = F.log_softmax(logits, dim=-1)
+    soft = -(out * log_p).sum(-1).sum() / (~ignored).sum()
+    reference_target = target.masked_fill(ignored, -100).reshape(-1)
+    torch.testing.assert_close(soft, F.cross_entropy(logits.reshape(-1, 7), reference_target, label_smoothing=0.2))
+
+
+def test_tensor_outputs_keep_classes_on_dimension_1_even_when_the_last_would_fit() -> None:
+    # (N, C, L) logits with N == C == L: targets (N, L) fit both layouts; a tensor means classes at 1.
+    algorithm = LabelSmoothing(smoothing=0.3, target_key="y")
+    labels = torch.randint(0, 3, (3, 3))
+    state = State(torch.nn.Identity())
+    state.batch, state.outputs = {"y": labels}, torch.zeros(3, 3, 3)
+    algorithm.apply(Event.BEFORE_LOSS, state, Logger())
+    torch.testing.assert_close(state.batch["y"], smoothed_by_formula(labels, 3, 0.3))
+
+
+@pytest.mark.parametrize("wrap", [lambda x: SimpleNamespace(logits=x, loss=None), lambda x: {"logits": x}],
+                         ids=["attribute", "mapping"])
+def test_outputs_with_logits_smooth_over_the_last_dimension_and_restore_the_labels(wrap) -> None:
+    algorithm = LabelSmoothing(smoothing=0.1, target_key="labels")
+    labels = torch.tensor([[1, 2, -100], [-100, 0, 3]])
+    state = State(torch.nn.Identity())
+    state.batch, state.outputs = {"input_ids": labels.clamp(min=0), "labels": labels}, wrap(torch.zeros(2, 3, 4))
+    algorithm.apply(Event.BEFORE_LOSS, state, Logger())
+    torch.testing.assert_close(state.batch["labels"], smooth_labels(torch.zeros(2, 3, 4), labels, 0.1, class_dim=-1))
+    assert state.batch["labels"][0, 1].tolist() == pytest.approx([0.025, 0.025, 0.925, 0.025])
+    assert not state.batch["labels"][1, 0].any()
+    algorithm.apply(Event.AFTER_LOSS, state, Logger())
+    assert state.batch["labels"] is labels
+
+
+def test_outputs_without_logits_are_refused_naming_the_types() -> None:
+    state = State(torch.nn.Identity())
+    state.batch, state.outputs = (torch.zeros(2, 1), torch.tensor([0, 1])), ("not", "logits")
+    with pytest.raises(TypeError, match=r"tensor outputs.*\.logits.*tuple"):
+        LabelSmoothing().apply(Event.BEFORE_LOSS, state, Logger())
+
+
+def test_class_dim_other_than_1_or_last_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"class_dim=2"):
+        smooth_labels(torch.zeros(2, 3, 4), torch.zeros(2, 3, dtype=torch.long), class_dim=2)
 
 
 def test_repr_evaluates_back_to_an_equal_algorithm() -> None:
