@@ -194,7 +194,11 @@ def replace_modules(
         return None
 
     def walk(module: nn.Module, prefix: str) -> None:
-        for name, child in list(module.named_children()):
+        # Not named_children(): it lists a module attached twice to one parent (nn.Sequential(a, b, a))
+        # only once, which would leave the second attachment pointing at the replaced module.
+        for name, child in list(module._modules.items()):
+            if child is None:
+                continue
             if id(child) in seen:  # a module attached in several places: keep them the same object
                 if seen[id(child)] is not child:
                     setattr(module, name, seen[id(child)])

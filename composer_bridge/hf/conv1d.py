@@ -26,7 +26,7 @@ import torch
 from torch import nn
 from transformers.pytorch_utils import Conv1D
 
-from composer_bridge.algorithms._surgery import Optimizers, replace_modules
+from composer_bridge.surgery import Optimizers, replace_modules
 
 __all__ = ["Conv1DLinear", "conv1d_to_linear", "linear_to_conv1d"]
 
