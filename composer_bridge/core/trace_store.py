@@ -38,6 +38,13 @@ class TraceStats:
     _last_event: int = field(default=0, repr=False, compare=False)
 
 
+def _count(row: list[int], column: int) -> None:
+    """One more run in ``column`` of a timeline row (the row grows to reach it)."""
+    if len(row) <= column:
+        row.extend([0] * (column + 1 - len(row)))
+    row[column] += 1
+
+
 class _StepTraces:
     """The traces of one step: the events' trace dicts (or a cut list, past the per-step limit)."""
 
@@ -122,12 +129,10 @@ class Timeline:
             row = rows.get(key)
             if row is None:
                 row = rows[key] = []
-            if len(row) <= column:
-                row.extend([0] * (column + 1 - len(row)))
-            row[column] += 1
+            _count(row, column)
 
     def group(self, keys: Iterable[str]) -> list[int]:
-        """A row counting runs of ``keys`` together; pass it to :meth:`add_group` (one increment per event)."""
+        """A row counting runs of ``keys`` together; pass it to :meth:`add_group` (one count per event)."""
         members = []
         for key in keys:
             row = self._rows.get(key)
@@ -138,17 +143,14 @@ class Timeline:
         self._groups.append((members, group_row))
         return group_row
 
-    def add_group(self, group_row: list[int], step: int) -> None:
-        """Count one run of each key of a :meth:`group` at ``step``."""
-        column = self.column(step)
-        if len(group_row) <= column:
-            group_row.extend([0] * (column + 1 - len(group_row)))
-        group_row[column] += 1
+    def add_group(self, group_row: list[int], column: int) -> None:
+        """Count one run of each key of a :meth:`group` in ``column`` (from :meth:`column`): a loop that
+        records many events at one step finds the column once."""
+        _count(group_row, column)
 
     def column(self, step: int) -> int:
         """The column ``step`` falls in, after making room for it (columns merge when it lies beyond
-        the last one). A loop that records many events at one step may find the column once and add
-        to :meth:`group` rows at it directly, until the step or :attr:`bin_size` changes."""
+        the last one, which changes the columns of earlier steps)."""
         step = int(step) if step > 0 else 0
         while step >= self.max_columns * self.bin_size:
             self._halve()
@@ -227,10 +229,6 @@ class TraceStore(Mapping[int, list[Trace]]):
         # date when they are read (``stats``).
         self._plans: dict[int, _PlanTally] = {}
         self._events = 0  # events recorded: orders the tallies' and the keys' latest runs
-        self._step: int | None = None  # the step last recorded, its list and timeline column
-        self._kept = _StepTraces()
-        self._column = 0
-        self._bin_size = 1
 
     @property
     def stats(self) -> dict[str, TraceStats]:
@@ -266,33 +264,26 @@ class TraceStore(Mapping[int, list[Trace]]):
             self._pending.append(traces)
             return
         self._drain()  # anything else is recorded now, after what came before it
-        self._record(traces, step)
+        self._record(traces, step, self._step_list(step), self._timeline.column(step))
 
     def _drain(self) -> None:
+        """Record the pending events of one step, finding its list and timeline column once."""
         if self._pending:
             pending, self._pending = self._pending, []
             step = self._pending_step
+            kept, column = self._step_list(step), self._timeline.column(step)
             for traces in pending:
-                self._record(traces, step)
+                self._record(traces, step, kept, column)
 
-    def _record(self, traces: Traces, step: int) -> None:
+    def _record(self, traces: Traces, step: int, kept: _StepTraces, column: int) -> None:
         timeline = self._timeline
-        if step == self._step and timeline.bin_size == self._bin_size:  # another event of the step in flight
-            kept = self._kept
-        else:
-            kept = self._kept = self._step_list(step)
-            self._column = timeline.column(step)
-            self._step, self._bin_size = step, timeline.bin_size
         self._events += 1
         tally = self._plans.get(id(traces)) if type(traces) is PlanTraces else None
         if tally is not None and tally.traces is traces:
             tally.pending += 1
             tally.last_step = step
             tally.last_event = self._events
-            row, column = tally.row, self._column  # Timeline.add_group, without finding the column again
-            if len(row) <= column:
-                row.extend([0] * (column + 1 - len(row)))
-            row[column] += 1
+            timeline.add_group(tally.row, column)
         else:
             all_stats = self._stats
             for key, trace in traces.items():
@@ -333,10 +324,8 @@ class TraceStore(Mapping[int, list[Trace]]):
             return kept
         self._tail[step] = kept
         while len(self._tail) > self.max_steps - self.max_steps // 2:
-            evicted_step, evicted = self._tail.popitem(last=False)
+            _, evicted = self._tail.popitem(last=False)
             self._dropped += evicted.size
-            if evicted_step == self._step:
-                self._step = None
         return kept
 
     def _forget_plans(self) -> None:
@@ -350,7 +339,6 @@ class TraceStore(Mapping[int, list[Trace]]):
         self._pending = []
         self._head.clear()
         self._tail.clear()
-        self._step = None
         self._stats.clear()
         self._timeline = Timeline(self._timeline.max_columns)
         self._dropped = 0
