@@ -159,8 +159,12 @@ class _TextTraces:
         self._file: io.TextIOBase | None = None
         self._opened_before = False
 
+    def wanted(self) -> bool:
+        """Whether anything reads the text trace now: a trace file, or the DEBUG log."""
+        return self.path is not None or _trace_log.isEnabledFor(logging.DEBUG)
+
     def write(self, step: int, traces: Traces) -> None:
-        """Write the traces of one event (the caller checks first that a file or the DEBUG log wants them)."""
+        """Write the traces of one event (callers ask :meth:`wanted` first)."""
         to_log = _trace_log.isEnabledFor(logging.DEBUG)
         lines = [format_trace(step, key, trace) for key, trace in traces.items()]
         if to_log:
@@ -215,7 +219,7 @@ class TraceDestination(LoggerDestination):
             return
         if step != self._text_step:  # whether a file or the DEBUG log wants the text trace: once per step
             self._text_step = step
-            self._text_wanted = reporting.text.path is not None or _trace_log.isEnabledFor(logging.DEBUG)
+            self._text_wanted = reporting.text.wanted()
         if self._text_wanted:
             reporting.text.write(step, traces)
         if self._has_loggers:
