@@ -112,8 +112,8 @@ def vision_recipe(name: str) -> Callable[[int], list[Any]]:
     from composer_bridge import recipes
 
     # Only for the algorithms the recipe has: an override naming one it lacks would add it.
-    present = {cls.lower() for cls, _ in recipes.VISION_RECIPES[name]}
-    overrides = {key: value for key, value in VISION_IMAGE_OVERRIDES.items() if key.replace("_", "") in present}
+    present = {recipes.override_key(cls) for cls, _ in recipes.VISION_RECIPES[name]}
+    overrides = {key: value for key, value in VISION_IMAGE_OVERRIDES.items() if key in present}
 
     def build(total_steps: int) -> list[Any]:
         return recipes.vision(name, total_steps=total_steps, missing="drop", **overrides)

@@ -4,7 +4,7 @@ Vision recipes (:func:`vision`) are the three "Mosaic ResNet" recipes for ResNet
 language recipes (:func:`language`) are Composer's and LLM Foundry's choices for GPT-style models.
 Each call returns a fresh list of algorithm instances for
 :class:`~composer_bridge.AlgorithmEngineCallback`; keyword overrides change, add or drop
-algorithms by their snake_case name.
+algorithms by their snake_case name (:func:`override_key`).
 
 Example:
     >>> from composer_bridge import recipes
@@ -76,7 +76,7 @@ from typing import Any
 from composer_bridge.core.algorithm import Algorithm
 
 __all__ = ["LANGUAGE_RECIPES", "RUN_LENGTH_RULES", "VISION_RECIPES", "MissingAlgorithmWarning", "for_run",
-           "language", "scale_to_run", "vision"]
+           "language", "override_key", "scale_to_run", "vision"]
 
 
 class MissingAlgorithmWarning(UserWarning):
@@ -320,8 +320,16 @@ _MODULE_NAMES = {
 }
 
 
-def _snake(class_name: str) -> str:
-    """Composer's module name: ``"ProgressiveResizing"`` → ``"progressive_resizing"``, ``"MixUp"`` → ``"mixup"``."""
+def override_key(class_name: str) -> str:
+    """The keyword that overrides the algorithm ``class_name`` in :func:`vision` and :func:`language`.
+
+    It is Composer's module name for the algorithm: the class name in snake_case, except where
+    Composer writes it as one word (``blurpool``, ``mixup``, ``ghost_batchnorm``).
+
+    Example:
+        >>> override_key("ProgressiveResizing"), override_key("MixUp"), override_key("EMA")
+        ('progressive_resizing', 'mixup', 'ema')
+    """
     if class_name in _MODULE_NAMES:
         return _MODULE_NAMES[class_name]
     return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", class_name).lower()
@@ -344,11 +352,11 @@ def _build(kind: str, table: Mapping[str, _Spec], name: str, overrides: Mapping[
         hint = f" Did you mean {close[0]!r}?" if close else ""
         raise ValueError(f"{kind}(name={name!r}): unknown recipe.{hint} Choose one of {sorted(table)}.")
     library = _library()
-    by_snake = {_snake(n): n for n in library}
+    by_snake = {override_key(n): n for n in library}
     spec = [(cls, {k: _fill(v, fill) for k, v in kwargs.items()}) for cls, kwargs in table[name]]
     if total_steps is not None:
         spec = [(cls, scale_to_run(cls, kwargs, total_steps)) for cls, kwargs in spec]
-    in_recipe = {_snake(cls): i for i, (cls, _) in enumerate(spec)}
+    in_recipe = {override_key(cls): i for i, (cls, _) in enumerate(spec)}
     entries: list[Any] = list(spec)
     for key, value in overrides.items():
         if key not in in_recipe and key not in by_snake and key not in _known_snake_names():
@@ -381,7 +389,7 @@ def _build(kind: str, table: Mapping[str, _Spec], name: str, overrides: Mapping[
 
 def _known_snake_names() -> dict[str, str]:
     names = {cls for spec in (*VISION_RECIPES.values(), *LANGUAGE_RECIPES.values()) for cls, _ in spec}
-    return {_snake(n): n for n in names | set(_MAIN_PARAMETER)}
+    return {override_key(n): n for n in names | set(_MAIN_PARAMETER)}
 
 
 def _fill(value: Any, fill: Mapping[str, Any]) -> Any:
@@ -419,8 +427,8 @@ def _instantiate(kind: str, name: str, entry: tuple[str, dict[str, Any]], librar
     if cls is None:
         raise ValueError(
             f"{kind}({name!r}) needs {class_name}, which composer_bridge.algorithms does not provide in this "
-            f"version. Drop it with {_snake(class_name)}=None, or pass your own instance with "
-            f"{_snake(class_name)}=MyAlgorithm(...)."
+            f"version. Drop it with {override_key(class_name)}=None, or pass your own instance with "
+            f"{override_key(class_name)}=MyAlgorithm(...)."
         )
     try:
         return cls(**kwargs)

@@ -139,6 +139,15 @@ def test_an_instance_replaces_and_a_new_library_algorithm_is_appended() -> None:
     assert len(built) == 5
 
 
+def test_override_key_names_the_keyword_that_drops_each_recipe_algorithm() -> None:
+    for name in recipes.VISION_RECIPES:
+        for class_name, _ in recipes.VISION_RECIPES[name]:
+            kept = recipes.vision(name, **{recipes.override_key(class_name): None})
+            assert class_name not in [type(a).__name__ for a in kept]
+    assert [recipes.override_key(n) for n in ("BlurPool", "GhostBatchNorm", "SeqLengthWarmup")] == [
+        "blurpool", "ghost_batchnorm", "seq_length_warmup"]
+
+
 def test_unknown_recipe_name_says_what_exists() -> None:
     with pytest.raises(ValueError, match=r"unknown recipe.*'mild'.*\['hot', 'medium', 'mild', 'short'\]"):
         recipes.vision("mlid")
