@@ -319,22 +319,28 @@ class Summary:
     best: str | None
 
 
-def _config_order(task: Task | dict[str, Any], grid: list[Run]) -> list[str]:
-    """The baseline first, then the configurations in the task's order (or as they first ran)."""
-    listed = list(task.configs) if isinstance(task, Task) else list(task.get("configs", []))
-    seen = list(dict.fromkeys([*listed, *(r.config for r in grid)]))
+def _fields(task: Task | dict[str, Any]) -> dict[str, Any]:
+    """A task's fields as ``runs.json`` holds them (a ``--replot`` reads them back from there)."""
+    return _task_meta(task) if isinstance(task, Task) else task
+
+
+def _grid(task: Task | dict[str, Any], runs: list[Run]) -> tuple[dict[str, Any], list[Run], list[str], list[int]]:
+    """``(task's fields, its grid runs (no ablation), their configurations, their budgets)``.
+
+    The configurations come baseline first, then in the task's order (or as they first ran).
+    """
+    fields = _fields(task)
+    grid = [r for r in runs if r.task == fields["name"] and not r.ablation]
+    seen = list(dict.fromkeys([*fields.get("configs", []), *(r.config for r in grid)]))
     present = {r.config for r in grid}
-    return sorted((c for c in seen if c in present), key=lambda c: c != "baseline")
+    configs = sorted((c for c in seen if c in present), key=lambda c: c != "baseline")
+    return fields, grid, configs, sorted({r.budget for r in grid})
 
 
 def summarise(task: Task | dict[str, Any], runs: list[Run]) -> Summary:
     """The Markdown tables and strict speed-ups of one task's grid runs."""
-    name = task.name if isinstance(task, Task) else task["name"]
-    higher = task.higher_is_better if isinstance(task, Task) else task["higher_is_better"]
-    unit = task.unit if isinstance(task, Task) else task["unit"]
-    grid = [r for r in runs if r.task == name and not r.ablation]
-    configs = _config_order(task, grid)
-    budgets = sorted({r.budget for r in grid})
+    fields, grid, configs, budgets = _grid(task, runs)
+    name, higher, unit = fields["name"], fields["higher_is_better"], fields["unit"]
     seeds = sorted({r.seed for r in grid})
     fmt = ".4f" if higher else ".3f"
 
@@ -424,8 +430,8 @@ def _interpolate(curve: list[tuple[float, float]], t: float) -> float | None:
 
 
 def ablation_table(task: Task | dict[str, Any], runs: list[Run]) -> str:
-    name = task.name if isinstance(task, Task) else task["name"]
-    higher = task.higher_is_better if isinstance(task, Task) else task["higher_is_better"]
+    fields = _fields(task)
+    name, higher = fields["name"], fields["higher_is_better"]
     ablated = [r for r in runs if r.task == name and r.ablation]
     if not ablated:
         return ""
@@ -455,12 +461,8 @@ def plot(task: Task | dict[str, Any], runs: list[Run], path: Path, speedups: dic
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    name = task.name if isinstance(task, Task) else task["name"]
-    quality = task.quality if isinstance(task, Task) else task["quality"]
-    higher = task.higher_is_better if isinstance(task, Task) else task["higher_is_better"]
-    grid = [r for r in runs if r.task == name and not r.ablation]
-    configs = _config_order(task, grid)
-    budgets = sorted({r.budget for r in grid})
+    fields, grid, configs, budgets = _grid(task, runs)
+    name, quality, higher = fields["name"], fields["quality"], fields["higher_is_better"]
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
     colours = ["#444444", "#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e"]
     for i, config in enumerate(configs):
