@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-__all__ = ["targets_as_probabilities"]
+__all__ = ["targets_and_kept_rows", "targets_as_probabilities"]
 
 
 def targets_as_probabilities(logits: torch.Tensor, target: torch.Tensor, class_dim: int = 1) -> torch.Tensor:
@@ -24,8 +24,21 @@ def targets_as_probabilities(logits: torch.Tensor, target: torch.Tensor, class_d
     all zeros. Targets already shaped like the logits are returned as floating tensors (their dtype
     kept, integers become float32).
     """
+    probabilities, kept = targets_and_kept_rows(logits, target, class_dim)
+    return probabilities if kept is None else probabilities * kept
+
+
+def targets_and_kept_rows(logits: torch.Tensor, target: torch.Tensor,
+                          class_dim: int = 1) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """:func:`targets_as_probabilities` before its ignored rows are zeroed, and which rows to keep.
+
+    For class indices with ``class_dim=-1`` the mask is ``target >= 0`` with a trailing dimension
+    of 1 (ignored positions are one-hot on class 0 until multiplied by it); otherwise it is ``None``
+    (no row is ignored). A caller that transforms the rows further (label smoothing) applies the
+    mask once, after its transform.
+    """
     if target.shape == logits.shape:
-        return target if target.dtype.is_floating_point else target.float()
+        return (target if target.dtype.is_floating_point else target.float()), None
     if class_dim not in (1, -1):
         raise ValueError(f"class_dim={class_dim!r}: expected 1 (classes second) or -1 (classes last).")
     classes_last = class_dim == -1
@@ -34,9 +47,9 @@ def targets_as_probabilities(logits: torch.Tensor, target: torch.Tensor, class_d
     if fits and not target.dtype.is_floating_point:
         if classes_last:  # clamp and mask instead of checking for negatives: no host-device sync
             one_hot = F.one_hot(target.long().clamp(min=0), num_classes=logits.shape[-1]).to(torch.float32)
-            return one_hot * (target >= 0).unsqueeze(-1)
+            return one_hot, (target >= 0).unsqueeze(-1)
         one_hot = F.one_hot(target.long(), num_classes=logits.shape[1]).to(torch.float32)
-        return one_hot.movedim(-1, 1) if one_hot.ndim > 2 else one_hot
+        return (one_hot.movedim(-1, 1) if one_hot.ndim > 2 else one_hot), None
     layout = "(..., num_classes)" if classes_last else "(N, num_classes, ...)"
     raise ValueError(
         f"Cannot read targets of shape {tuple(target.shape)} ({target.dtype}) against outputs of shape "

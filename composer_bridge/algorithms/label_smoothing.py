@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from composer_bridge.algorithms._targets import targets_as_probabilities
+from composer_bridge.algorithms._targets import targets_and_kept_rows
 from composer_bridge.core.algorithm import Algorithm
 from composer_bridge.core.batch import BatchKey
 from composer_bridge.core.event import Event
@@ -62,11 +62,9 @@ def smooth_labels(
         [[[0.125, 0.125, 0.125, 0.625], [0.0, 0.0, 0.0, 0.0]]]
     """
     _check_smoothing(smoothing)
-    probabilities = targets_as_probabilities(logits, target, class_dim)
-    uniform = smoothing / logits.shape[class_dim]
-    if class_dim == -1 and target.shape != logits.shape:  # index targets: ignored rows stay zero
-        return probabilities * (1.0 - smoothing) + uniform * (target >= 0).unsqueeze(-1)
-    return probabilities * (1.0 - smoothing) + uniform
+    probabilities, kept = targets_and_kept_rows(logits, target, class_dim)
+    smoothed = probabilities * (1.0 - smoothing) + smoothing / logits.shape[class_dim]
+    return smoothed if kept is None else smoothed * kept  # ignored rows (label -100) stay all zeros
 
 
 def _check_smoothing(smoothing: float) -> None:
