@@ -84,6 +84,8 @@ class RemovableEventHandle:
             handlers = self._engine._handlers.get(event, [])
             if any(e is entry for e in handlers):
                 handlers[:] = [e for e in handlers if e is not entry]
+                if not handlers:  # no empty lists left behind: has_listeners reads the dict's size
+                    del self._engine._handlers[event]
         self._entries = []
 
     def __enter__(self) -> RemovableEventHandle:
@@ -369,7 +371,7 @@ class Engine:
         The Lightning bridge reads this between steps to skip its per-step events while nothing listens.
         """
         state = self.state
-        return bool(state.algorithms or state.callbacks or self._user_passes or any(self._handlers.values()))
+        return bool(state.algorithms or state.callbacks or self._user_passes or self._handlers)
 
     def close(self) -> None:
         """Shut down: every callback's ``close``, then ``post_close`` for those whose ``close`` did not raise.
@@ -453,6 +455,8 @@ class Engine:
         if len(kept) == len(handlers):
             raise ValueError(f"{handler!r} is not registered for Event.{event.name}.")
         handlers[:] = kept
+        if not kept:
+            del self._handlers[event]
 
 
 def _as_items(event: Any) -> list[Event | EventFilter]:

@@ -131,6 +131,16 @@ def test_engine_has_listeners_follows_algorithms_callbacks_handlers_and_passes()
     assert engine.has_listeners()
     handle.remove()
     assert not engine.has_listeners()
+    # Both ways of removing: a handler on two events is heard until it is gone from both.
+    def handler(state: State, event: Event) -> None:
+        return None
+
+    engine.add_event_handler(Event.BATCH_END, handler)
+    engine.add_event_handler(Event.EPOCH_END, handler)
+    engine.remove_event_handler(handler, Event.BATCH_END)
+    assert engine.has_listeners()
+    engine.remove_event_handler(handler, Event.EPOCH_END)
+    assert not engine.has_listeners()
     state.algorithms = [Record()]
     assert engine.has_listeners()
     # A registered pass is asked at every event, as in Composer, even with no algorithm to order.
