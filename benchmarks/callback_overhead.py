@@ -278,6 +278,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=11, help="interleaved rounds")
     parser.add_argument("--ab-steps", type=int, default=10000, help="steps of each in-run A/B fit")
     parser.add_argument("--ab-repeats", type=int, default=3, help="in-run A/B fits per guest")
+    parser.add_argument("--ab-only", action="store_true", help="only the in-run A/B of the empty bridge (with "
+                        "PYTHONPATH=<other checkout>: compare versions)")
     parser.add_argument("--quick", action="store_true", help="smoke run: 300 steps x 3 rounds, one 2000-step A/B")
     args = parser.parse_args()
     if args.quick:
@@ -287,6 +289,16 @@ def main() -> None:
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     logging.getLogger("lightning.fabric").setLevel(logging.ERROR)
 
+    if args.ab_only:
+        import composer_bridge
+
+        print(f"composer_bridge from {os.path.dirname(composer_bridge.__file__)}; in-run A/B of the empty bridge, "
+              f"{args.ab_steps} steps per fit (with ÷ without: mean, median, lower decile)")
+        for _ in range(args.ab_repeats):
+            fit = in_run_ab([AlgorithmEngineCallback([])], args.ab_steps)
+            print(f"{fit.ratio(statistics.fmean):.4f}x  {fit.ratio(statistics.median):.4f}x  "
+                  f"{fit.ratio(lower_decile):.4f}x")
+        return
     keys, events = check_distinct_keys(50)  # also the warm-up
     runs: dict[str, list[Run]] = {name: [] for name in CONFIGS}
     order = random.Random(0)  # each round runs the configurations in a new order: no fixed position bias
