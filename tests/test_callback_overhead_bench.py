@@ -1,0 +1,64 @@
+"""benchmarks/callback_overhead.py: the in-run A/B really runs each step with or without the guest."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BUSY = 0.03  # seconds of CPU time: far above a plain step of this benchmark (about 1 ms)
+
+
+@pytest.fixture(scope="module")
+def overhead():
+    spec = importlib.util.spec_from_file_location("callback_overhead_under_test", ROOT / "benchmarks" / "callback_overhead.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+class Counter(L.Callback):
+    """Records the steps in which Lightning called the guest's two per-step hooks."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, str]] = []
+
+    def on_train_batch_start(self, trainer: L.Trainer, *args: Any) -> None:
+        self.calls.append((trainer.global_step, "start"))
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
+        self.calls.append((trainer.global_step - 1, "end"))
+        spin_until = time.thread_time() + BUSY  # CPU work that marks the steps the guest took part in
+        while time.thread_time() < spin_until:
+            pass
+
+
+def test_in_run_ab_calls_the_guest_exactly_in_the_steps_it_counts_as_with(overhead, monkeypatch) -> None:
+    modules: list[Any] = []
+    original = overhead.Toggling.__init__
+
+    def remember(self: Any, *args: Any) -> None:
+        original(self, *args)
+        modules.append(self)
+
+    monkeypatch.setattr(overhead.Toggling, "__init__", remember)
+    guest = Counter()
+    result = overhead.in_run_ab([guest], steps=45, block=10, warmup=0)
+    present = modules[0].present
+    assert present == [(i // 10) % 2 == 0 for i in range(45)]
+    # A step's end hook runs in that step's own set-up; the next step's start hook still belongs to it
+    # (the switch comes after Lightning's callback loop), so the guest's start hooks lag by one step.
+    ends = sorted(step for step, hook in guest.calls if hook == "end")
+    assert ends == [i for i in range(45) if present[i]]
+    starts = sorted(step for step, hook in guest.calls if hook == "start")
+    assert starts == [0] + [i for i in range(1, 45) if present[i - 1]]  # step 0: in the Trainer from the start
+    # every timed step (from one start to the next) is sorted into the set it ran in
+    assert len(result.with_guests) == sum(present[:44]) and len(result.without) == 44 - sum(present[:44])
+    assert min(result.with_guests) >= BUSY and max(result.without) < BUSY
