@@ -43,6 +43,7 @@ into ``--out``.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import os
@@ -81,6 +82,8 @@ class Run:
     wall_s: float  #: training wall time (validation excluded)
     load: float  #: 1-minute load average when the run started
     ablation: bool = False
+    #: with ``--timing-repeats`` > 1: every repeat's CPU seconds (``cpu_s`` is their minimum)
+    cpu_repeats: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -519,10 +522,31 @@ def _schedule(tasks: list[Task], seeds: list[int], rng: random.Random) -> list[t
     return schedule
 
 
-def _run_one(task: Task, config: str, algorithms: list[Any], budget: int, seed: int, ablation: bool) -> Run:
+def _algorithms(task: Task, config: str, budget: int, leave_out: int | None = None) -> list[Any]:
+    """A fresh list of ``config``'s algorithms for ``budget`` (without the one at ``leave_out``)."""
+    algorithms = task.configs[config](task.steps_for(budget))
+    if leave_out is not None:
+        del algorithms[leave_out]
+    return algorithms
+
+
+def _run_one(task: Task, config: str, build: Callable[[], list[Any]], budget: int, seed: int, ablation: bool,
+             repeats: int = 1) -> Run:
+    """Train one run; with ``repeats`` > 1 train it that many times and keep the least CPU time.
+
+    One-thread CPU training is deterministic, so the repeats must reach the same quality (checked):
+    they differ only in how much other work on the machine slowed them, which only ever adds time.
+    """
     load = os.getloadavg()[0]
-    quality, cpu_s, wall_s, _ = task.train(config, algorithms, budget, seed)
-    return Run(task.name, config, budget, seed, quality, cpu_s, wall_s, load, ablation)
+    fits = [task.train(config, build(), budget, seed) for _ in range(repeats)]
+    qualities = {fit[0] for fit in fits}
+    if len(qualities) > 1:
+        raise RuntimeError(f"{task.name} {config!r} at {budget} {task.unit}, seed {seed}: repeats reached different "
+                           f"qualities {sorted(qualities)}; timing repeats need deterministic training "
+                           "(one torch thread, CPU): run with --timing-repeats 1.")
+    cpu = [fit[1] for fit in fits]
+    return Run(task.name, config, budget, seed, fits[0][0], min(cpu), min(fit[2] for fit in fits), load, ablation,
+               cpu if repeats > 1 else [])
 
 
 def _save(path: Path, runs: list[Run], meta: dict[str, Any]) -> None:
@@ -562,6 +586,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--first-seed", type=int, default=0, help="seeds first_seed, first_seed + 1, ...")
     parser.add_argument("--posthoc", action="store_true",
                         help=f"vision: the baseline against {POSTHOC_VISION!r} (chosen from the first run's ablation)")
+    parser.add_argument("--timing-repeats", type=int, default=1,
+                        help="train every run this many times and keep its least CPU time (the quality must repeat)")
     parser.add_argument("--out", default="outputs/pareto")
     parser.add_argument("--replot", default=None, help="a runs.json: rebuild the tables and PNGs, train nothing")
     args = parser.parse_args(argv)
@@ -586,8 +612,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         parser.error(f"--tasks: unknown {unknown}; choose from {sorted(builders)}")
     tasks = [builders[n](args.quick, args.posthoc) for n in names]
     seeds = list(range(args.first_seed, args.first_seed + (args.seeds if args.seeds else (2 if args.quick else 3))))
+    if args.timing_repeats < 1:
+        parser.error(f"--timing-repeats {args.timing_repeats}: expected 1 or more")
     meta: dict[str, Any] = {"machine": _machine(), "quick": args.quick, "posthoc": args.posthoc, "seeds": seeds,
-                            "tasks": [_task_meta(t) for t in tasks]}
+                            "tasks": [_task_meta(t) for t in tasks], "timing_repeats": args.timing_repeats}
 
     # Warm-up (not recorded): the first steps of a process pay for PyTorch's lazy initialisation.
     for task in tasks:
@@ -600,8 +628,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     total = sum(len(order) for *_, order in schedule)
     for task, budget, seed, order in schedule:
         for config in order:
-            algorithms = task.configs[config](task.steps_for(budget))
-            run = _run_one(task, config, algorithms, budget, seed, ablation=False)
+            build = functools.partial(_algorithms, task, config, budget)
+            run = _run_one(task, config, build, budget, seed, ablation=False, repeats=args.timing_repeats)
             runs.append(run)
             print(f"[{len(runs)}/{total}] {task.name:<8} {config:<24} {budget:>4} {task.unit:<6} seed {seed}: "
                   f"{run.quality:.4f} in {run.cpu_s:.1f} CPU s ({run.wall_s:.1f} wall), load {run.load:.1f}",
@@ -623,10 +651,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 order = list(variants)
                 rng.shuffle(order)
                 for label, leave_out in order:
-                    algorithms = task.configs[best](task.steps_for(budget))
-                    if leave_out is not None:
-                        del algorithms[leave_out]
-                    run = _run_one(task, label, algorithms, budget, seed, ablation=True)
+                    build = functools.partial(_algorithms, task, best, budget, leave_out)
+                    run = _run_one(task, label, build, budget, seed, ablation=True, repeats=args.timing_repeats)
                     runs.append(run)
                     print(f"  {label:<40} seed {seed}: {run.quality:.4f} in {run.cpu_s:.1f} CPU s, "
                           f"load {run.load:.1f}", flush=True)

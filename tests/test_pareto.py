@@ -76,3 +76,22 @@ def test_the_curve_check_holds_a_cheaper_recipe_at_its_last_quality_after_its_la
     assert pareto.quality_by([(1.0, 0.5), (3.0, 0.9)], 2.0) == pytest.approx(0.7)
     assert pareto.quality_by([(1.0, 0.5), (3.0, 0.9)], 5.0) == 0.9  # held, not extrapolated
     assert pareto.quality_by([(1.0, 0.5), (3.0, 0.9)], 0.5) is None
+
+
+def test_timing_repeats_keep_the_least_cpu_time_and_refuse_a_quality_that_does_not_repeat(pareto) -> None:
+    times = iter([1.4, 1.1, 1.3, 2.0, 2.0])
+    qualities = iter([0.9, 0.9, 0.9, 0.9, 0.8])
+    built = []
+
+    def train(config, algorithms, steps, seed):
+        built.append(algorithms)
+        seconds = next(times)
+        return next(qualities), seconds, seconds + 0.1, None
+
+    task = pareto.Task("toy", "steps", "accuracy", True, [4], {"r": lambda steps: [object()]}, train, lambda b: b)
+    run = pareto._run_one(task, "r", lambda: pareto._algorithms(task, "r", 4), 4, 0, False, repeats=3)
+    assert (run.quality, run.cpu_s, run.cpu_repeats) == (0.9, 1.1, [1.4, 1.1, 1.3])
+    assert run.wall_s == pytest.approx(1.2)
+    assert len({id(a) for a in built}) == 3 and len({id(a[0]) for a in built}) == 3  # fresh algorithms each time
+    with pytest.raises(RuntimeError, match=r"different qualities \[0.8, 0.9\].*--timing-repeats 1"):
+        pareto._run_one(task, "r", lambda: pareto._algorithms(task, "r", 4), 4, 0, False, repeats=2)
