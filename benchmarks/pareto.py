@@ -84,6 +84,60 @@ class Run:
     ablation: bool = False
     #: with ``--timing-repeats`` > 1: every repeat's CPU seconds (``cpu_s`` is their minimum)
     cpu_repeats: list[float] = field(default_factory=list)
+    #: which of the two times the curves use: ``"cpu"`` (``cpu_s``) or ``"wall"`` (``wall_s``, device
+    #: synchronised); runs.json files written before the GPU option have none and mean ``"cpu"``
+    clock: str = "cpu"
+    #: with ``--timing-repeats`` > 1: every repeat's wall seconds (``wall_s`` is their minimum)
+    wall_repeats: list[float] = field(default_factory=list)
+
+    @property
+    def seconds(self) -> float:
+        """The training time the curves, tables and speed-ups use: the time of :attr:`clock`."""
+        return self.wall_s if self.clock == "wall" else self.cpu_s
+
+
+#: What each clock measures (axis labels and the report).
+CLOCKS = {
+    "cpu": "training CPU time of the process",
+    "wall": "training wall time, device synchronised",
+}
+
+
+def training_clock(accelerator: str) -> str:
+    """The clock that times training on ``accelerator``: ``"cpu"`` on the CPU, ``"wall"`` on a GPU.
+
+    On the CPU, the process's CPU time (one torch thread) varies far less than wall time on a
+    machine shared with other jobs. On a GPU it means nothing (the host mostly waits for the
+    device), so the time is wall time, with the device synchronised where the timeline starts and
+    stops (``examples/vision.py``'s ``AccuracyTimeline``).
+
+    Example:
+        >>> training_clock("cpu"), training_clock("gpu")
+        ('cpu', 'wall')
+    """
+    if accelerator == "cpu":
+        return "cpu"
+    if accelerator in ("gpu", "cuda"):
+        return "wall"
+    raise ValueError(f"accelerator={accelerator!r}: expected 'cpu' or 'gpu' (benchmarks/pareto.py --accelerator).")
+
+
+def _clock_of(runs: Sequence[Run]) -> str:
+    """The one clock of ``runs`` (a report never mixes CPU seconds with wall seconds)."""
+    clocks = {r.clock for r in runs}
+    if len(clocks) > 1:
+        raise ValueError(f"runs timed with different clocks {sorted(clocks)}: report them separately.")
+    return clocks.pop() if clocks else "cpu"
+
+
+class TrainerOptions(NamedTuple):
+    """Where and in what precision every run trains (``--accelerator``, ``--precision``)."""
+
+    accelerator: str = "cpu"
+    precision: str = "32-true"
+
+
+CPU_FP32 = TrainerOptions()  #: the default: the CPU in full precision, as every committed runs.json
 
 
 @dataclass
@@ -99,6 +153,8 @@ class Task:
     configs: dict[str, Callable[[int], list[Any]]]
     train: Callable[[str, list[Any], int, int], Any] = field(repr=False)
     steps_for: Callable[[int], int] = field(repr=False)
+    #: more fields for runs.json's task entry (the vision set-up)
+    details: dict[str, Any] = field(default_factory=dict)
 
 
 def _names(algorithms: Sequence[Any]) -> list[str]:
@@ -111,12 +167,30 @@ def _names(algorithms: Sequence[Any]) -> list[str]:
 VISION_IMAGE_OVERRIDES: dict[str, Any] = {"progressive_resizing": {"initial_scale": 0.75, "size_increment": 2}}
 
 
-def vision_recipe(name: str) -> Callable[[int], list[Any]]:
+def vision_image_overrides(image_size: int) -> dict[str, Any]:
+    """The image-size adjustments for ``image_size`` x ``image_size`` inputs.
+
+    ProgressiveResizing starts at three quarters of the side, as on 8x8 digits (6x6), so a larger
+    set-up starts at the same fraction of its images (48x48 of 64x64). It grows in steps of the
+    published 4 pixels, or a quarter of the side where that is less (2 on 8x8).
+
+    Example:
+        >>> vision_image_overrides(8) == VISION_IMAGE_OVERRIDES
+        True
+        >>> vision_image_overrides(64)
+        {'progressive_resizing': {'initial_scale': 0.75, 'size_increment': 4}}
+    """
+    if image_size < 4:
+        raise ValueError(f"image_size={image_size!r}: expected at least 4 pixels.")
+    return {"progressive_resizing": {"initial_scale": 0.75, "size_increment": min(4, image_size // 4)}}
+
+
+def vision_recipe(name: str, image_size: int = 8) -> Callable[[int], list[Any]]:
     from composer_bridge import recipes
 
     # Only for the algorithms the recipe has: an override naming one it lacks would add it.
     present = {recipes.override_key(cls) for cls, _ in recipes.VISION_RECIPES[name]}
-    overrides = {key: value for key, value in VISION_IMAGE_OVERRIDES.items() if key in present}
+    overrides = {key: value for key, value in vision_image_overrides(image_size).items() if key in present}
 
     def build(total_steps: int) -> list[Any]:
         return recipes.vision(name, total_steps=total_steps, missing="drop", **overrides)
@@ -134,8 +208,12 @@ class Fit(NamedTuple):
 
 
 def _fit_and_validate(module: Any, loaders: tuple[Any, Any], algorithms: list[Any], steps: int, seed: int,
-                      metric: str) -> Fit:
-    """Train ``module`` for ``steps`` optimizer steps (no validation during training), then validate once."""
+                      metric: str, options: TrainerOptions = CPU_FP32) -> Fit:
+    """Train ``module`` for ``steps`` optimizer steps (no validation during training), then validate once.
+
+    The timeline's wall time synchronises a CUDA device where it starts and stops, so on a GPU
+    ``wall_s`` is the time the device took, not the time the host took to queue the work.
+    """
     import lightning as L
 
     from composer_bridge import AlgorithmEngineCallback
@@ -143,7 +221,8 @@ def _fit_and_validate(module: Any, loaders: tuple[Any, Any], algorithms: list[An
     timeline = vision.AccuracyTimeline()
     bridge = AlgorithmEngineCallback(algorithms, seed=seed) if algorithms else None
     callbacks: list[Any] = [timeline] + ([bridge] if bridge is not None else [])
-    trainer = L.Trainer(max_steps=steps, max_epochs=-1, accelerator="cpu", devices=1, logger=False,
+    trainer = L.Trainer(max_steps=steps, max_epochs=-1, accelerator=options.accelerator, devices=1,
+                        precision=options.precision, logger=False,
                         callbacks=callbacks, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, num_sanity_val_steps=0)
     trainer.fit(module, loaders[0])
@@ -154,13 +233,65 @@ def _fit_and_validate(module: Any, loaders: tuple[Any, Any], algorithms: list[An
 VISION_WIDTHS = (16, 32)  # a quarter of the example's FLOPs: the benchmark must fit a shared 2-core machine
 
 
-def vision_module(total_steps: int, lr: float = 0.1) -> Any:
-    """examples/vision.py's classifier (SGD + Nesterov, one-cycle over ``total_steps``), narrower."""
+@dataclass(frozen=True)
+class VisionSetup:
+    """The vision task's input size, model and budgets (``--vision-size``)."""
+
+    name: str
+    image_size: int  #: the digits' side in pixels (8: as bundled; more: upsampled once, bilinear)
+    widths: tuple[int, ...]  #: ResNetCNN's channels per stage
+    batch_size: int
+    budgets: tuple[int, ...]  #: optimizer steps
+    quick_budgets: tuple[int, ...]
+
+
+VISION_SETUPS = {
+    # The CPU set-up: 8x8 digits, a narrow ResNet; half an epoch to 4 epochs.
+    "small": VisionSetup("small", 8, VISION_WIDTHS, 64, (12, 23, 46, 92), (12, 23, 46)),
+    # For a GPU: 64 times the pixels, 16 times the channels (about 750 GFLOP per batch of 128), so
+    # the device, not Lightning's per-step work on the host, sets the time. The same step budgets
+    # (so the recipes' step-scaled schedules are the same), each step seeing twice the images:
+    # one epoch to 8 epochs.
+    "large": VisionSetup("large", 64, (64, 128, 256), 128, (12, 23, 46, 92), (12, 23, 46)),
+}
+
+
+@functools.lru_cache(maxsize=4)
+def _upsampled_digits(image_size: int, seed: int) -> tuple[Any, Any]:
+    """The seed's digits split with every image resized once to ``image_size`` (bilinear)."""
+    from torch.utils.data import TensorDataset
+
+    from composer_bridge.data import digits_datasets
+
+    resized = []
+    for split in digits_datasets(seed=seed):
+        images, labels = split.tensors
+        images = torch.nn.functional.interpolate(images, size=(image_size, image_size), mode="bilinear",
+                                                 align_corners=False)
+        resized.append(TensorDataset(images, labels))
+    return resized[0], resized[1]
+
+
+def vision_loaders(setup: VisionSetup, seed: int) -> tuple[Any, Any]:
+    """Train and validation loaders of ``setup``'s digits (``digits_loaders`` itself at 8x8)."""
+    from composer_bridge.data import digits_loaders
+
+    if setup.image_size == 8:
+        return digits_loaders(batch_size=setup.batch_size, seed=seed)
+    train, test = _upsampled_digits(setup.image_size, seed)
+    # As digits_loaders: shuffled by a generator seeded per run, validation in batches of 256.
+    return (torch.utils.data.DataLoader(train, batch_size=setup.batch_size, shuffle=True,
+                                        generator=torch.Generator().manual_seed(seed)),
+            torch.utils.data.DataLoader(test, batch_size=256))
+
+
+def vision_module(total_steps: int, lr: float = 0.1, widths: tuple[int, ...] = VISION_WIDTHS) -> Any:
+    """examples/vision.py's classifier (SGD + Nesterov, one-cycle over ``total_steps``), ``widths`` wide."""
     from composer_bridge import ComposerClassifier
     from composer_bridge.models import ResNetCNN
 
     return ComposerClassifier(
-        ResNetCNN(num_classes=10, in_channels=1, widths=VISION_WIDTHS),
+        ResNetCNN(num_classes=10, in_channels=1, widths=widths),
         num_classes=10,
         optimizer=lambda params: torch.optim.SGD(params, lr=lr, momentum=0.9, nesterov=True, weight_decay=5e-4),
         scheduler=lambda opt: torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=total_steps,
@@ -168,16 +299,15 @@ def vision_module(total_steps: int, lr: float = 0.1) -> Any:
     )
 
 
-def vision_train(config: str, algorithms: list[Any], steps: int, seed: int) -> Fit:
+def vision_train(config: str, algorithms: list[Any], steps: int, seed: int,
+                 setup: VisionSetup = VISION_SETUPS["small"], options: TrainerOptions = CPU_FP32) -> Fit:
     """One digits run of ``steps`` optimizer steps (its whole schedule scaled to them)."""
     import lightning as L
 
-    from composer_bridge.data import digits_loaders
-
     L.seed_everything(seed, verbose=False)
-    loaders = digits_loaders(batch_size=64, seed=seed)
-    module = vision_module(steps)
-    return _fit_and_validate(module, loaders, algorithms, steps, seed, "val/acc")
+    loaders = vision_loaders(setup, seed)
+    module = vision_module(steps, widths=setup.widths)
+    return _fit_and_validate(module, loaders, algorithms, steps, seed, "val/acc", options)
 
 
 #: A variant chosen *after* the first full run, from its ablation (ProgressiveResizing and EMA cost
@@ -187,17 +317,22 @@ def vision_train(config: str, algorithms: list[Any], steps: int, seed: int) -> F
 POSTHOC_VISION = "mild without ProgressiveResizing, EMA"
 
 
-def vision_task(quick: bool, posthoc: bool = False) -> Task:
+def vision_task(quick: bool, posthoc: bool = False, setup: VisionSetup = VISION_SETUPS["small"],
+                options: TrainerOptions = CPU_FP32) -> Task:
     configs: dict[str, Callable[[int], list[Any]]] = {"baseline": lambda steps: []}
     if posthoc:
-        configs[POSTHOC_VISION] = vision_recipe("short")  # the same algorithms, under the name that run used
+        # the same algorithms, under the name that run used
+        configs[POSTHOC_VISION] = vision_recipe("short", setup.image_size)
     for name in () if posthoc else (("mild",) if quick else ("mild", "medium", "short")):
-        configs[name] = vision_recipe(name)
-    # From half an epoch (the baseline far from its best) to 4 epochs (where it has levelled off).
+        configs[name] = vision_recipe(name, setup.image_size)
+    # Small: from half an epoch (the baseline far from its best) to 4 epochs (where it has levelled off).
+    details = {} if setup.name == "small" else {"setup": asdict(setup)}  # small: runs.json as before
     return Task(
-        name="vision", unit="steps", quality="validation accuracy", higher_is_better=True,
-        budgets=[12, 23, 46] if quick else [12, 23, 46, 92],
-        configs=configs, train=vision_train, steps_for=lambda steps: steps,
+        name="vision", unit="steps",
+        quality="validation accuracy" + ("" if setup.image_size == 8 else f" ({setup.image_size}x{setup.image_size})"),
+        higher_is_better=True, budgets=list(setup.quick_budgets if quick else setup.budgets),
+        configs=configs, train=functools.partial(vision_train, setup=setup, options=options),
+        steps_for=lambda steps: steps, details=details,
     )
 
 
@@ -206,7 +341,8 @@ def vision_task(quick: bool, posthoc: bool = False) -> Task:
 LM_BLOCK, LM_BATCH, LM_D_MODEL, LM_LAYERS = 128, 4, 64, 2
 
 
-def language_train(config: str, algorithms: list[Any], steps: int, seed: int) -> Fit:
+def language_train(config: str, algorithms: list[Any], steps: int, seed: int,
+                   options: TrainerOptions = CPU_FP32) -> Fit:
     """One character-level GPT run of ``steps`` optimizer steps (its whole schedule scaled to them)."""
     import lightning as L
 
@@ -218,7 +354,8 @@ def language_train(config: str, algorithms: list[Any], steps: int, seed: int) ->
     gpt = GPT(vocab_size=language.VOCAB_SIZE, block_size=LM_BLOCK, d_model=LM_D_MODEL, n_layers=LM_LAYERS,
               n_heads=4)
     module = language.ComposerLanguageModel(gpt, total_steps=steps)
-    return _fit_and_validate(module, language.text_loaders(LM_BLOCK, LM_BATCH, seed), algorithms, steps, seed, "val/bits_per_char")
+    return _fit_and_validate(module, language.text_loaders(LM_BLOCK, LM_BATCH, seed), algorithms, steps, seed, "val/bits_per_char",
+                             options)
 
 
 def language_recipe(name: str, **overrides: Any) -> Callable[[int], list[Any]]:
@@ -230,7 +367,7 @@ def language_recipe(name: str, **overrides: Any) -> Callable[[int], list[Any]]:
     return build
 
 
-def language_task(quick: bool, posthoc: bool = False) -> Task:
+def language_task(quick: bool, posthoc: bool = False, options: TrainerOptions = CPU_FP32) -> Task:
     configs: dict[str, Callable[[int], list[Any]]] = {"baseline": lambda steps: []}
     configs["gpt-fast"] = language_recipe("gpt-fast")
     # ALiBi's speed-up: train on sequences a quarter as long (4x as many of them: same tokens per
@@ -239,7 +376,7 @@ def language_task(quick: bool, posthoc: bool = False) -> Task:
     return Task(
         name="language", unit="steps", quality="validation bits per character", higher_is_better=False,
         budgets=[25, 50, 100] if quick else [25, 50, 100, 200],
-        configs=configs, train=language_train, steps_for=lambda steps: steps,
+        configs=configs, train=functools.partial(language_train, options=options), steps_for=lambda steps: steps,
     )
 
 
@@ -248,7 +385,7 @@ def language_task(quick: bool, posthoc: bool = False) -> Task:
 
 def _curve(runs: list[Run]) -> list[tuple[float, float]]:
     """(time, quality) points ordered by budget."""
-    return [(r.cpu_s, r.quality) for r in sorted(runs, key=lambda r: r.budget)]
+    return [(r.seconds, r.quality) for r in sorted(runs, key=lambda r: r.budget)]
 
 
 def time_to_reach(curve: list[tuple[float, float]], target: float, higher_is_better: bool) -> float | None:
@@ -301,14 +438,17 @@ def _mean_sd(values: Sequence[float], fmt: str) -> str:
     return f"{format(statistics.mean(values), fmt)} ± {format(statistics.stdev(values), fmt.replace('+', ''))}"
 
 
-def _machine() -> str:
+def _machine(accelerator: str = "cpu") -> str:
     cpu = platform.machine()
     try:
         with open("/proc/cpuinfo") as f:
             cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
     except OSError:
         pass
-    return (f"{cpu}, {os.cpu_count()} logical CPUs, torch {torch.__version__}, {torch.get_num_threads()} "
+    gpu = ""
+    if accelerator != "cpu" and torch.cuda.is_available():
+        gpu = f"{torch.cuda.get_device_name(0)} (CUDA {torch.version.cuda}), driven by "
+    return (f"{gpu}{cpu}, {os.cpu_count()} logical CPUs, torch {torch.__version__}, {torch.get_num_threads()} "
             f"torch thread(s), Python {platform.python_version()}")
 
 
@@ -355,7 +495,7 @@ def summarise(task: Task | dict[str, Any], runs: list[Run]) -> Summary:
         cells = []
         for config in configs:
             at = [r for r in runs_of(config) if r.budget == budget]
-            cells.append(f"{_mean_sd([r.quality for r in at], fmt)} in {_mean_sd([r.cpu_s for r in at], '.1f')} s"
+            cells.append(f"{_mean_sd([r.quality for r in at], fmt)} in {_mean_sd([r.seconds for r in at], '.1f')} s"
                          if at else "—")
         lines.append(f"| {budget} | " + " | ".join(cells) + " |")
 
@@ -364,7 +504,7 @@ def summarise(task: Task | dict[str, Any], runs: list[Run]) -> Summary:
         for budget in budgets:
             at = [r for r in runs_of(config) if r.budget == budget]
             if len(at) == len(seeds):
-                points.append((statistics.mean(r.cpu_s for r in at), statistics.mean(r.quality for r in at)))
+                points.append((statistics.mean(r.seconds for r in at), statistics.mean(r.quality for r in at)))
         return points
 
     speedups: dict[str, dict[str, Any]] = {}
@@ -444,15 +584,16 @@ def ablation_table(task: Task | dict[str, Any], runs: list[Run]) -> str:
     full = next((c for c in configs if " without " not in c), configs[0])
     configs = [full] + [c for c in configs if c != full]
     reference = {r.seed: r for r in ablated if r.config == full}
-    lines = [f"| at {budget} (middle budget) | quality | Δ quality vs full recipe (same seed) | training CPU s "
+    seconds = "training CPU s" if _clock_of(ablated) == "cpu" else "training wall s"
+    lines = [f"| at {budget} (middle budget) | quality | Δ quality vs full recipe (same seed) | {seconds} "
              "| Δ time vs full recipe |", "|---|---|---|---|---|"]
     for config in configs:
         at = [r for r in ablated if r.config == config]
         dq = [r.quality - reference[r.seed].quality for r in at if r.seed in reference]
-        dt = [r.cpu_s / reference[r.seed].cpu_s - 1 for r in at if r.seed in reference]
+        dt = [r.seconds / reference[r.seed].seconds - 1 for r in at if r.seed in reference]
         lines.append(f"| {config} | {_mean_sd([r.quality for r in at], fmt)} | "
                      f"{'—' if config == configs[0] else _mean_sd(dq, '+' + fmt)} | "
-                     f"{_mean_sd([r.cpu_s for r in at], '.1f')} | "
+                     f"{_mean_sd([r.seconds for r in at], '.1f')} | "
                      f"{'—' if config == configs[0] else _mean_sd([100 * d for d in dt], '+.0f') + ' %'} |")
     return "\n".join(lines)
 
@@ -474,9 +615,9 @@ def plot(task: Task | dict[str, Any], runs: list[Run], path: Path, speedups: dic
             at = [r for r in grid if r.config == config and r.budget == budget]
             if not at:
                 continue
-            xs.append(statistics.mean(r.cpu_s for r in at))
+            xs.append(statistics.mean(r.seconds for r in at))
             ys.append(statistics.mean(r.quality for r in at))
-            xe.append(statistics.stdev(r.cpu_s for r in at) if len(at) > 1 else 0.0)
+            xe.append(statistics.stdev(r.seconds for r in at) if len(at) > 1 else 0.0)
             ye.append(statistics.stdev(r.quality for r in at) if len(at) > 1 else 0.0)
         label = config
         if config in speedups and speedups[config]["mean"] is not None:
@@ -489,7 +630,8 @@ def plot(task: Task | dict[str, Any], runs: list[Run], path: Path, speedups: dic
         by_budget = {b: statistics.mean(r.quality for r in base if r.budget == b) for b in budgets}
         best = max(by_budget.values()) if higher else min(by_budget.values())
         ax.axhline(best, color="#444444", linestyle=":", linewidth=1, label=f"baseline's best (mean) {best:.4g}")
-    ax.set_xlabel("training CPU time, s (validation excluded)")
+    ax.set_xlabel("training CPU time, s (validation excluded)" if _clock_of(grid) == "cpu"
+                  else "training wall time (device synchronised), s (validation excluded)")
     ax.set_ylabel(quality + ("" if higher else " (lower is better)"))
     ax.set_title(f"{name}: quality vs training time, {len(budgets)} budgets, mean ± sd over seeds")
     ax.grid(alpha=0.3)
@@ -531,8 +673,10 @@ def _algorithms(task: Task, config: str, budget: int, leave_out: int | None = No
 
 
 def _run_one(task: Task, config: str, build: Callable[[], list[Any]], budget: int, seed: int, ablation: bool,
-             repeats: int = 1) -> Run:
-    """Train one run; with ``repeats`` > 1 train it that many times and keep the least CPU time.
+             repeats: int = 1, clock: str = "cpu") -> Run:
+    """Train one run; with ``repeats`` > 1 train it that many times and keep the least time of each clock.
+
+    ``clock`` says which of the two times (CPU, wall) the run's curves use (:func:`training_clock`).
 
     One-thread CPU training is deterministic, so the repeats must reach the same quality (checked):
     they differ only in how much other work on the machine slowed them, which only ever adds time.
@@ -544,9 +688,9 @@ def _run_one(task: Task, config: str, build: Callable[[], list[Any]], budget: in
         raise RuntimeError(f"{task.name} {config!r} at {budget} {task.unit}, seed {seed}: repeats reached different "
                            f"qualities {sorted(qualities)}; timing repeats need deterministic training "
                            "(one torch thread, CPU): run with --timing-repeats 1.")
-    cpu = [fit[1] for fit in fits]
-    return Run(task.name, config, budget, seed, fits[0][0], min(cpu), min(fit[2] for fit in fits), load, ablation,
-               cpu if repeats > 1 else [])
+    cpu, wall = [fit[1] for fit in fits], [fit[2] for fit in fits]
+    return Run(task.name, config, budget, seed, fits[0][0], min(cpu), min(wall), load, ablation,
+               cpu if repeats > 1 else [], clock, wall if repeats > 1 else [])
 
 
 def _save(path: Path, runs: list[Run], meta: dict[str, Any]) -> None:
@@ -566,6 +710,9 @@ def _report(tasks_meta: list[dict[str, Any]], runs: list[Run], out: Path, meta: 
     parts.append(f"Machine: {meta['machine']}. Load average (1 min) at the start of the runs: min "
                  f"{min(loads):.1f}, median {statistics.median(loads):.1f}, max {max(loads):.1f}. "
                  f"Benchmark wall time {meta.get('minutes', float('nan')):.1f} min.")
+    if "clock" in meta:  # runs.json files from before --accelerator say nothing: CPU, 32-true, CPU time
+        parts[-1] += (f" Trainer: accelerator {meta['accelerator']}, precision {meta['precision']}, vision set-up "
+                      f"{meta['vision_size']}; times are the {CLOCKS[meta['clock']]}.")
     text = "\n".join(parts)
     (out / "pareto.md").write_text(text + "\n")
     return text
@@ -573,7 +720,8 @@ def _report(tasks_meta: list[dict[str, Any]], runs: list[Run], out: Path, meta: 
 
 def _task_meta(task: Task) -> dict[str, Any]:
     return {"name": task.name, "unit": task.unit, "quality": task.quality,
-            "higher_is_better": task.higher_is_better, "budgets": task.budgets, "configs": list(task.configs)}
+            "higher_is_better": task.higher_is_better, "budgets": task.budgets, "configs": list(task.configs),
+            **task.details}
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -587,7 +735,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--posthoc", action="store_true",
                         help=f"vision: the baseline against {POSTHOC_VISION!r} (chosen from the first run's ablation)")
     parser.add_argument("--timing-repeats", type=int, default=1,
-                        help="train every run this many times and keep its least CPU time (the quality must repeat)")
+                        help="train every run this many times and keep its least time (the quality must repeat)")
+    parser.add_argument("--accelerator", choices=("cpu", "gpu"), default="cpu",
+                        help="cpu (default; timed in process CPU seconds) or gpu (one CUDA device; timed in "
+                             "device-synchronised wall seconds)")
+    parser.add_argument("--precision", default="32-true",
+                        help="the Trainer's precision: 32-true (default), bf16-mixed, 16-mixed, ...")
+    parser.add_argument("--vision-size", choices=sorted(VISION_SETUPS), default="small",
+                        help="small (8x8 digits, widths 16/32: the CPU set-up) or large (digits upsampled to "
+                             "64x64, widths 64/128/256, batch 128: for a GPU)")
     parser.add_argument("--out", default="outputs/pareto")
     parser.add_argument("--replot", default=None, help="a runs.json: rebuild the tables and PNGs, train nothing")
     args = parser.parse_args(argv)
@@ -604,18 +760,32 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     warnings.filterwarnings("ignore")
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     logging.getLogger("lightning.fabric").setLevel(logging.ERROR)
-    torch.set_num_threads(1)  # steadier timings on shared cores; the models are too small to gain from more
+    if args.accelerator == "gpu" and not torch.cuda.is_available():
+        parser.error("--accelerator gpu: torch sees no CUDA device (torch.cuda.is_available() is False); "
+                     "run on a machine with one, or use --accelerator cpu.")
+    # Steadier timings on shared cores; the models are too small to gain from more. On a GPU the
+    # host only queues the work (and collates batches already in memory).
+    torch.set_num_threads(1)
     names = [t.strip() for t in args.tasks.split(",") if t.strip()]
-    builders = {"vision": vision_task, "language": language_task}
+    options = TrainerOptions(args.accelerator, args.precision)
+    setup = VISION_SETUPS[args.vision_size]
+    builders: dict[str, Callable[[], Task]] = {
+        "vision": lambda: vision_task(args.quick, args.posthoc, setup, options),
+        "language": lambda: language_task(args.quick, args.posthoc, options),
+    }
     unknown = [n for n in names if n not in builders]
     if unknown:
         parser.error(f"--tasks: unknown {unknown}; choose from {sorted(builders)}")
-    tasks = [builders[n](args.quick, args.posthoc) for n in names]
+    tasks = [builders[n]() for n in names]
+    clock = training_clock(args.accelerator)
     seeds = list(range(args.first_seed, args.first_seed + (args.seeds if args.seeds else (2 if args.quick else 3))))
     if args.timing_repeats < 1:
         parser.error(f"--timing-repeats {args.timing_repeats}: expected 1 or more")
-    meta: dict[str, Any] = {"machine": _machine(), "quick": args.quick, "posthoc": args.posthoc, "seeds": seeds,
-                            "tasks": [_task_meta(t) for t in tasks], "timing_repeats": args.timing_repeats}
+    meta: dict[str, Any] = {"machine": _machine(args.accelerator), "quick": args.quick, "posthoc": args.posthoc,
+                            "seeds": seeds, "tasks": [_task_meta(t) for t in tasks],
+                            "timing_repeats": args.timing_repeats, "accelerator": args.accelerator,
+                            "precision": args.precision, "vision_size": args.vision_size,
+                            "clock": clock, "clock_means": CLOCKS[clock]}
 
     # Warm-up (not recorded): the first steps of a process pay for PyTorch's lazy initialisation.
     for task in tasks:
@@ -629,7 +799,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for task, budget, seed, order in schedule:
         for config in order:
             build = functools.partial(_algorithms, task, config, budget)
-            run = _run_one(task, config, build, budget, seed, ablation=False, repeats=args.timing_repeats)
+            run = _run_one(task, config, build, budget, seed, ablation=False, repeats=args.timing_repeats,
+                           clock=clock)
             runs.append(run)
             print(f"[{len(runs)}/{total}] {task.name:<8} {config:<24} {budget:>4} {task.unit:<6} seed {seed}: "
                   f"{run.quality:.4f} in {run.cpu_s:.1f} CPU s ({run.wall_s:.1f} wall), load {run.load:.1f}",
@@ -652,7 +823,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 rng.shuffle(order)
                 for label, leave_out in order:
                     build = functools.partial(_algorithms, task, best, budget, leave_out)
-                    run = _run_one(task, label, build, budget, seed, ablation=True, repeats=args.timing_repeats)
+                    run = _run_one(task, label, build, budget, seed, ablation=True, repeats=args.timing_repeats,
+                                   clock=clock)
                     runs.append(run)
                     print(f"  {label:<40} seed {seed}: {run.quality:.4f} in {run.cpu_s:.1f} CPU s, "
                           f"load {run.load:.1f}", flush=True)

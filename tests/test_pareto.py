@@ -5,8 +5,10 @@ from __future__ import annotations
 import importlib.util
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -95,3 +97,140 @@ def test_timing_repeats_keep_the_least_cpu_time_and_refuse_a_quality_that_does_n
     assert len({id(a) for a in built}) == 3 and len({id(a[0]) for a in built}) == 3  # fresh algorithms each time
     with pytest.raises(RuntimeError, match=r"different qualities \[0.8, 0.9\].*--timing-repeats 1"):
         pareto._run_one(task, "r", lambda: pareto._algorithms(task, "r", 4), 4, 0, False, repeats=2)
+
+
+# --- the GPU options, proven on the CPU -------------------------------------------------------------
+
+
+def test_the_clock_is_cpu_time_on_the_cpu_and_synchronised_wall_time_on_a_gpu(pareto) -> None:
+    assert pareto.training_clock("cpu") == "cpu"
+    assert pareto.training_clock("gpu") == "wall"
+    with pytest.raises(ValueError, match=r"accelerator='tpu'.*'cpu' or 'gpu'"):
+        pareto.training_clock("tpu")
+    # The curves, tables and speed-ups read the chosen clock: here wall time is half the CPU time.
+    def run(config: str, budget: int, quality: float, cpu: float, clock: str):
+        return pareto.Run("t", config, budget, 0, quality, cpu, cpu / 2, 0.0, clock=clock)
+
+    for clock, scale in (("cpu", 1.0), ("wall", 0.5)):
+        runs = [run("baseline", 1, 0.5, 2.0, clock), run("baseline", 2, 0.9, 4.0, clock),
+                run("r", 1, 0.7, 1.0, clock), run("r", 2, 0.95, 3.0, clock)]
+        assert [r.seconds for r in runs] == [scale * c for c in (2.0, 4.0, 1.0, 3.0)]
+        expected = pareto.strict_speedup([(2.0 * scale, 0.5), (4.0 * scale, 0.9)],
+                                         [(1.0 * scale, 0.7), (3.0 * scale, 0.95)], True)[0]
+        summary = pareto.summarise({"name": "t", "higher_is_better": True, "unit": "steps"}, runs)
+        assert summary.speedups["r"]["per_seed"] == [expected]
+        assert f"0.9000 in {4.0 * scale:.1f} s" in summary.table
+    with pytest.raises(ValueError, match="different clocks"):
+        pareto._clock_of([run("baseline", 1, 0.5, 2.0, "cpu"), run("baseline", 2, 0.9, 4.0, "wall")])
+
+
+def test_the_timeline_synchronises_a_cuda_device_where_it_starts_and_stops(pareto, monkeypatch) -> None:
+    """On a GPU the wall time must include the queued work: the timeline waits for the device (no GPU needed)."""
+    from types import SimpleNamespace
+
+    synced: list[Any] = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: synced.append(device))
+    for device, expected in ((torch.device("cpu"), 0), (torch.device("cuda", 0), 2)):
+        synced.clear()
+        trainer = SimpleNamespace(strategy=SimpleNamespace(root_device=device), sanity_checking=False)
+        timeline = pareto.vision.AccuracyTimeline()
+        timeline.on_train_start(trainer, None)
+        timeline.on_train_end(trainer, None)
+        assert len(synced) == expected, device
+        assert timeline.train_seconds > 0.0
+
+
+def _bilinear_weights(size_in: int, size_out: int) -> torch.Tensor:
+    """Bilinear resampling (half-pixel centres, edges clamped) as a matrix: out = W @ in."""
+    weights = torch.zeros(size_out, size_in, dtype=torch.float64)
+    for j in range(size_out):
+        c = max((j + 0.5) * size_in / size_out - 0.5, 0.0)
+        i0 = min(int(c), size_in - 1)
+        i1, w = min(i0 + 1, size_in - 1), c - int(c)
+        weights[j, i0] += 1 - w
+        weights[j, i1] += w
+    return weights
+
+
+def test_the_large_vision_setup_upsamples_the_digits_once_bilinearly(pareto) -> None:
+    from composer_bridge.data import digits_datasets
+
+    large = pareto.VISION_SETUPS["large"]
+    train, val = pareto.vision_loaders(large, seed=1)
+    small_train, small_val = digits_datasets(seed=1)
+    images, labels = train.dataset.tensors
+    assert images.shape == (len(small_train), 1, 64, 64) and len(val.dataset) == len(small_val)
+    assert torch.equal(labels, small_train.tensors[1])
+    w = _bilinear_weights(8, 64)
+    reference = w @ small_train.tensors[0][:5, 0].double() @ w.T
+    torch.testing.assert_close(images[:5, 0].double(), reference, rtol=1e-5, atol=1e-5)
+    assert train.batch_size == large.batch_size == 128
+    model = pareto.vision_module(92, widths=large.widths)
+    assert model(torch.zeros(2, 1, 64, 64)).shape == (2, 10)
+    # The small set-up is the committed CPU one, unchanged.
+    assert pareto.VISION_SETUPS["small"] == pareto.VisionSetup("small", 8, (16, 32), 64, (12, 23, 46, 92), (12, 23, 46))
+
+
+def test_the_large_setup_trains_in_bf16_mixed_through_the_task_the_gpu_run_uses(pareto, monkeypatch) -> None:
+    """On the CPU, with narrow widths and 32 images so it is quick: precision, image size and recipe reach the run."""
+    import dataclasses
+
+    from torch.utils.data import DataLoader, Subset
+
+    setup = dataclasses.replace(pareto.VISION_SETUPS["large"], widths=(8, 16, 32), batch_size=4)
+    loaders = pareto.vision_loaders
+
+    def few_images(setup, seed):
+        train, val = loaders(setup, seed)
+        return (DataLoader(Subset(train.dataset, range(32)), batch_size=setup.batch_size, shuffle=True,
+                           generator=torch.Generator().manual_seed(seed)),
+                DataLoader(Subset(val.dataset, range(16)), batch_size=16))
+
+    seen: list[tuple[tuple[int, ...], torch.dtype, bool]] = []
+    build = pareto.vision_module
+
+    def probed(total_steps, lr=0.1, widths=pareto.VISION_WIDTHS):
+        module = build(total_steps, lr, widths)
+        module.module.register_forward_hook(lambda m, args, out: seen.append(
+            (tuple(args[0].shape[-2:]), out.dtype, m.training)))
+        return module
+
+    monkeypatch.setattr(pareto, "vision_loaders", few_images)
+    monkeypatch.setattr(pareto, "vision_module", probed)
+    task = pareto.vision_task(quick=True, setup=setup, options=pareto.TrainerOptions("cpu", "bf16-mixed"))
+    algorithms = task.configs["mild"](3)
+    assert "ChannelsLast" in pareto._names(algorithms)
+    fit = task.train("mild", algorithms, 3, 0)
+    training = [(size, dtype) for size, dtype, is_training in seen if is_training]
+    # ProgressiveResizing starts at three quarters of the side (48 of 64, as 6 of 8) and grows in
+    # 4-pixel steps (the last of 3 steps is part-way up its ramp: 60).
+    assert [size for size, _ in training] == [(48, 48), (48, 48), (60, 60)]
+    assert {dtype for _, dtype in training} == {torch.bfloat16}  # bf16-mixed reached the Trainer
+    assert [size for size, _, is_training in seen if not is_training] == [(64, 64)]
+    assert 0.0 <= fit.quality <= 1.0 and fit.cpu_s > 0 and fit.wall_s > 0
+    assert task.details["setup"]["image_size"] == 64
+
+
+def test_an_old_cpu_runs_file_replots_as_before(pareto, tmp_path) -> None:
+    """A runs.json from before --accelerator (no clock anywhere) is timed in CPU seconds, as it was."""
+    import json
+
+    path = ROOT / "benchmarks" / "pareto_runs_cpu_short_retimed2.json"
+    data = json.loads(path.read_text())
+    assert "clock" not in data["meta"] and all("clock" not in r for r in data["runs"])
+    result = pareto.main(["--replot", str(path), "--out", str(tmp_path)])
+    assert {r.clock for r in result["runs"]} == {"cpu"}
+    assert "Trainer:" not in result["text"]  # the report of an old file is unchanged
+    # Independent of the module's Run: each seed's strict speed-up from the file's own cpu_s.
+    grid = [r for r in data["runs"] if r["task"] == "vision" and not r["ablation"]]
+    summary = pareto.summarise(data["meta"]["tasks"][0], result["runs"])
+
+    def curve(name: str, seed: int) -> list[tuple[float, float]]:
+        return [(r["cpu_s"], r["quality"]) for r in sorted(grid, key=lambda r: r["budget"])
+                if r["config"] == name and r["seed"] == seed]
+
+    assert summary.speedups
+    for config, speeds in summary.speedups.items():
+        for seed, speed in zip(sorted({r["seed"] for r in grid}), speeds["per_seed"], strict=True):
+            assert speed == pareto.strict_speedup(curve("baseline", seed), curve(config, seed), True)[0]
+    assert (tmp_path / "pareto_vision.png").stat().st_size > 10_000
