@@ -12,7 +12,10 @@ Two tasks on data that ships with the installed packages:
   optimizer steps (half an epoch to 4 epochs); quality = validation accuracy (360 images). The
   recipes are ``recipes.vision(name, total_steps=...)`` for ``mild``, ``medium`` and ``short``,
   with the image-size adjustments of ``examples/vision.py`` (ProgressiveResizing from 6x6 in
-  2-pixel steps).
+  2-pixel steps). ``--vision-size large`` is the set-up for a GPU: the digits upsampled once to
+  64x64 (bilinear), ``ResNetCNN(widths=(64, 128, 256))``, batch 128, the same step budgets (one
+  to 8 epochs); ProgressiveResizing starts at the same fraction of the side (48x48) and grows in
+  4-pixel steps.
 - **language**: a 2-layer character-level GPT (d_model 64, context 128, batch 4) on Python's
   standard-library source (``examples/language.py``), budgets of 25, 50, 100 and 200 steps;
   quality = validation bits per character (lower is better), on the whole validation split at
@@ -22,9 +25,13 @@ For each seed, the **strict speed-up** of a recipe is: take the baseline's best 
 its budgets; the baseline's training time to reach Q on its own curve, divided by the recipe's
 time to reach Q on its curve (linear interpolation between budgets). A seed whose recipe never
 reaches Q is a failure and counts as 0x in the mean. The same figure is also computed on the
-seed-averaged curves. Training time leaves validation out; it is the process's CPU time (one
-torch thread; on a machine shared with other jobs it varies far less than wall time, which is
-recorded too). Runs are interleaved round-robin (every configuration of a (task, budget, seed)
+seed-averaged curves. Training time leaves validation out. On the CPU (``--accelerator cpu``, the
+default) it is the process's CPU time (one torch thread; on a machine shared with other jobs it
+varies far less than wall time, which is recorded too). On a GPU (``--accelerator gpu``) CPU time
+means nothing, so it is wall time with the device synchronised where training starts and stops
+(``examples/vision.py``'s ``AccuracyTimeline``); both times are recorded either way and each run's
+``clock`` says which one the curves use (runs.json files without it are CPU time). ``--precision``
+(default ``32-true``) goes to the Trainer. Runs are interleaved round-robin (every configuration of a (task, budget, seed)
 round in a shuffled order, tasks alternating) so a busy moment of the machine hits all alike, and
 the load average is recorded at every run.
 
@@ -35,6 +42,9 @@ algorithms left out in turn, at the middle budget, same seeds.
     python benchmarks/pareto.py --quick         # 3 budgets, 2 seeds, fewer recipes: 1.4 CPU-minutes
     python benchmarks/pareto.py --tasks language --seeds 5
     python benchmarks/pareto.py --replot outputs/pareto/runs.json   # tables and PNGs, no training
+    # On a CUDA GPU (not yet run: see docs/benchmarks.md, "On a GPU"):
+    python benchmarks/pareto.py --tasks vision --vision-size large --accelerator gpu --precision bf16-mixed \
+        --seeds 3 --out outputs/pareto_gpu
 
 Writes ``runs.json`` (every run, written as it goes), ``pareto_<task>.png`` and ``pareto.md``
 into ``--out``.
@@ -248,10 +258,10 @@ class VisionSetup:
 VISION_SETUPS = {
     # The CPU set-up: 8x8 digits, a narrow ResNet; half an epoch to 4 epochs.
     "small": VisionSetup("small", 8, VISION_WIDTHS, 64, (12, 23, 46, 92), (12, 23, 46)),
-    # For a GPU: 64 times the pixels, 16 times the channels (about 750 GFLOP per batch of 128), so
-    # the device, not Lightning's per-step work on the host, sets the time. The same step budgets
-    # (so the recipes' step-scaled schedules are the same), each step seeing twice the images:
-    # one epoch to 8 epochs.
+    # For a GPU: 64 times the pixels, 4 to 8 times the channels (1.3 TFLOP per batch of 128, forward
+    # and backward, against 0.4 GFLOP per batch of 64 for "small"), so the device, not Lightning's
+    # per-step work on the host, sets the time. The same step budgets (so the recipes' step-scaled
+    # schedules are the same), each step seeing twice the images: one epoch to 8 epochs.
     "large": VisionSetup("large", 64, (64, 128, 256), 128, (12, 23, 46, 92), (12, 23, 46)),
 }
 
