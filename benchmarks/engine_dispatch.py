@@ -25,6 +25,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 
@@ -148,9 +149,11 @@ class ComposerWorker:
     """Composer's Engine, measured in its own interpreter so that Composer is never imported here."""
 
     def __init__(self) -> None:
+        # Its error output goes to a file (a pipe nobody reads could fill and stall it), shown if it dies.
+        self.errors = tempfile.TemporaryFile(mode="w+")
         self.process = subprocess.Popen(
             [COMPOSER_PYTHON, "-c", COMPOSER_WORKER, json.dumps(STEP_EVENTS)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.errors, text=True,
             env={**os.environ, "PYTHONWARNINGS": "ignore"},
         )
         self.version = json.loads(self._read())["version"]
@@ -158,7 +161,11 @@ class ComposerWorker:
     def _read(self) -> str:
         line = self.process.stdout.readline()  # type: ignore[union-attr]
         if not line:
-            raise RuntimeError(f"the Composer worker ({COMPOSER_PYTHON}) exited with {self.process.wait()}")
+            code = self.process.wait()
+            self.errors.seek(0)
+            tail = "".join(self.errors.readlines()[-15:]).rstrip()
+            raise RuntimeError(f"the Composer worker ({COMPOSER_PYTHON}) exited with {code}; its last error "
+                               f"output:\n{tail or '(none)'}")
         return line
 
     def one_run(self, n: int, reps: int) -> float:
@@ -169,6 +176,7 @@ class ComposerWorker:
     def close(self) -> None:
         self.process.stdin.close()  # type: ignore[union-attr]
         self.process.wait()
+        self.errors.close()
 
 
 def main() -> None:
