@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import struct
 import subprocess
@@ -9,6 +10,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import lightning as L
@@ -19,6 +21,19 @@ from composer_bridge import ComposerClassifier
 from composer_bridge.models import ResNetCNN
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def load_script(relative_path: str, name: str) -> ModuleType:
+    """Import one of the repository's scripts (e.g. ``benchmarks/pareto.py``) by path, as module ``name``.
+
+    The module is registered in ``sys.modules`` first: dataclasses look their module up there.
+    """
+    spec = importlib.util.spec_from_file_location(name, REPO / relative_path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def image_dataset(n: int = 64, size: tuple[int, int] = (8, 8), channels: int = 1, classes: int = 4, seed: int = 0) -> TensorDataset:

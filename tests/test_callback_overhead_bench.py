@@ -2,26 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import lightning as L
 import pytest
+from support import load_script
 
-ROOT = Path(__file__).resolve().parents[1]
 BUSY = 0.03  # seconds of CPU time: far above a plain step of this benchmark (about 1 ms)
 
 
 @pytest.fixture(scope="module")
 def overhead():
-    spec = importlib.util.spec_from_file_location("callback_overhead_under_test", ROOT / "benchmarks" / "callback_overhead.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/callback_overhead.py", "callback_overhead_under_test")
 
 
 class Counter(L.Callback):

@@ -2,24 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from support import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def pareto():
-    spec = importlib.util.spec_from_file_location("pareto_under_test", ROOT / "benchmarks" / "pareto.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/pareto.py", "pareto_under_test")
 
 
 def test_time_to_reach_interpolates_between_budgets_and_never_extrapolates(pareto) -> None:

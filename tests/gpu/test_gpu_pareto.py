@@ -7,16 +7,13 @@ Skipped without CUDA (CI has none); the same code path runs on the CPU in
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-
-ROOT = Path(__file__).resolve().parents[2]
+from support import load_script
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
                                 reason="needs a CUDA GPU (the CPU path is in tests/test_pareto.py)")
@@ -24,12 +21,7 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
 
 @pytest.fixture(scope="module")
 def pareto() -> Any:
-    spec = importlib.util.spec_from_file_location("pareto_on_gpu", ROOT / "benchmarks" / "pareto.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/pareto.py", "pareto_on_gpu")
 
 
 def test_the_large_vision_setup_trains_on_the_gpu_in_bf16_with_channels_last(pareto: Any, monkeypatch: Any) -> None:
