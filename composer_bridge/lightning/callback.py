@@ -435,18 +435,15 @@ class AlgorithmEngineCallback(L.Callback):
     ) -> None:
         state = self.state
         assert state is not None
-        clock = self._clock
         # The data hook counted the micro-batch's samples as loaded; without it (an idle bridge), counted here.
-        samples = (_batch_size(batch) or 0) if clock.loaded_samples is None else 0
-        if not clock.end_micro_batch(state, samples, self._global_step()):
+        samples = (_batch_size(batch) or 0) if self._clock.loaded_samples is None else 0
+        if not self._clock.end_micro_batch(state, samples, self._global_step()):
             return
         if self.listening:
             self.logger.step = self._current_step()
             self._fire("on_train_batch_end")
             self._honour_stop(trainer)
-            self._refresh_listening()
-        elif self.engine.has_listeners():  # idle: the cheap check first (runs every step)
-            self._refresh_listening()
+        self._refresh_listening()
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         state = self.state

@@ -64,24 +64,23 @@ class StepClock:
         When it completed any, the step's samples and wall-clock go to ``state`` (``count_batch``)
         and the next micro-batch starts a new step.
         """
-        # Runs once per micro-batch, also in an idle bridge: written flat (no helper calls).
         loaded = self.loaded_samples
         if loaded is not None:
             samples = loaded
             self.loaded_samples = None
-        steps = global_step - self._global_step
+        self._samples += samples
+        steps = int(global_step) - self._global_step
         if steps <= 0:
-            self._samples += samples
-            self.micro = micro = self.micro + 1
-            state.microbatch_index = micro
+            self.micro += 1
+            state.microbatch_index = self.micro
             return 0
-        self._global_step = global_step
+        self._global_step = int(global_step)
         # As in Composer, a batch's wall-clock runs from the end of the previous one (data loading
         # in, evaluation out: see start_eval/end_eval).
         now = time.perf_counter()
-        state.count_batch(self._samples + samples, now - self._batch_started_at, steps)
+        state.count_batch(self._samples, now - self._batch_started_at, batches=steps)
         self._batch_started_at = now
-        self.micro = self._samples = 0
+        self.reset_step()
         state.microbatch_index = 0
         return steps
 
