@@ -86,6 +86,21 @@ def test_a_handler_added_during_the_run_hears_every_per_step_event_from_the_next
     assert [step for name, step in heard if name == "BATCH_END"] == [3, 4]
 
 
+def test_an_algorithm_added_in_the_middle_of_an_epoch_is_heard_from_the_next_step_on() -> None:
+    """The idle bridge's end-of-step check notices a new algorithm (no epoch or evaluation start in between)."""
+    bridge, recorder = AlgorithmEngineCallback([]), Record()
+
+    class AddLater(L.Callback):
+        def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
+            if trainer.global_step == 2 and not bridge.state.algorithms:
+                bridge.state.algorithms = [recorder]
+
+    # This callback comes before the bridge: the algorithm is there for the bridge's check at step 2's end.
+    quiet_trainer(max_steps=4, callbacks=[AddLater(), bridge]).fit(Plain(), loader(n=20, batch_size=4))
+    assert recorder.seen == [("AFTER_DATALOADER", 2), ("BEFORE_BACKWARD", 2), ("BATCH_END", 3),
+                             ("AFTER_DATALOADER", 3), ("BEFORE_BACKWARD", 3), ("BATCH_END", 4)]
+
+
 def test_algorithms_re_created_from_a_checkpoint_get_the_module_events(tmp_path: Any) -> None:
     """A run that starts with no algorithms but gains one from its checkpoint installs the hooks it needs."""
     from composer_bridge.algorithms import BlurPool
