@@ -115,6 +115,10 @@ def loader(steps: int) -> torch.utils.data.DataLoader:
     return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=8)
 
 
+def lower_decile(values: list[float]) -> float:
+    return statistics.quantiles(values, n=10)[0]
+
+
 @dataclass
 class Run:
     """One configuration's run: the training thread's CPU seconds of every step, and the mean wall seconds."""
@@ -130,7 +134,7 @@ class Run:
     @property
     def decile(self) -> float:
         """The lower decile of the steps' CPU seconds: an undisturbed step's cost (see the module docstring)."""
-        return statistics.quantiles(self.cpu, n=10)[0]
+        return lower_decile(self.cpu)
 
 
 def time_fit(callbacks: list[L.Callback], steps: int) -> Run:
@@ -208,10 +212,6 @@ def in_run_ab(guests: list[L.Callback], steps: int, block: int = 10, warmup: int
     times = [(b - a) * 1e-9 for a, b in itertools.pairwise(module.marks)]
     kept = list(zip(times, module.present, strict=False))[warmup:]
     return AB([t for t, p in kept if p], [t for t, p in kept if not p])
-
-
-def lower_decile(values: list[float]) -> float:
-    return statistics.quantiles(values, n=10)[0]
 
 
 AB_GUESTS: dict[str, Callable[[], list[L.Callback]]] = {
