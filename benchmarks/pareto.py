@@ -825,7 +825,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             if best is None:
                 continue
             budget = task.budgets[len(task.budgets) // 2]
-            full = task.configs[best](task.steps_for(budget))
+            full = _algorithms(task, best, budget)
             variants = [(best, None)] + [(f"{best} without {n}", i) for i, n in enumerate(_names(full))]
             print(f"\nablation of {best!r} on {task.name} at {budget} {task.unit}: {_names(full)}", flush=True)
             for seed in seeds[:1] if quick else seeds:
