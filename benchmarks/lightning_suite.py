@@ -34,6 +34,7 @@ import argparse
 import fnmatch
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -155,7 +156,14 @@ def _run_mode(mode: str, src: Path, tests: list[str], junit: Path, plugin_dir: P
     print(f"[{mode}] {' '.join(cmd)}", flush=True)
     log = junit.with_suffix(".log")
     with open(log, "w") as out:
-        return subprocess.call(cmd, cwd=src / "tests", env=env, stdout=out, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(cmd, cwd=src / "tests", env=env, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            return process.wait(timeout=args.budget_minutes * 60 if args.budget_minutes else None)
+        except subprocess.TimeoutExpired:
+            # pytest stops at a KeyboardInterrupt and still writes the junit file of the tests that finished
+            print(f"[{mode}] budget of {args.budget_minutes} min spent: interrupting", flush=True)
+            process.send_signal(signal.SIGINT)
+            return process.wait()
 
 
 def outcomes(junit: Path) -> dict[str, str]:
@@ -189,10 +197,10 @@ def artefact_reason(test_id: str) -> str | None:
 
 
 def compare(base: dict[str, str], other: dict[str, str]) -> dict[str, list[str]]:
-    report: dict[str, list[str]] = {"same": [], "artefact": [], "different": [], "missing": []}
+    report: dict[str, list[str]] = {"same": [], "artefact": [], "different": [], "not_reached": []}
     for test_id, outcome in sorted(base.items()):
-        if test_id not in other:
-            report["missing"].append(test_id)
+        if test_id not in other:  # an interrupted run (--budget-minutes) did not get there
+            report["not_reached"].append(test_id)
         elif other[test_id] == outcome:
             report["same"].append(test_id)
         elif artefact_reason(test_id):
@@ -213,6 +221,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=int, default=300, help="per-test timeout in seconds (pytest-timeout)")
     parser.add_argument("--xdist", type=int, default=0, help="pytest-xdist workers (only if installed)")
     parser.add_argument("--reuse", action="store_true", help="keep junit files of modes already run in --out")
+    parser.add_argument(
+        "--budget-minutes", type=float, default=0,
+        help="interrupt each run after this long; the comparison covers the tests every mode finished",
+    )
+    parser.add_argument("--run-only", action="store_true", help="run the modes, compare nothing (to run modes side by side)")
     parser.add_argument("--recheck", action="store_true", help="rerun differing tests in every mode; keep stable ones")
     args = parser.parse_args(argv)
 
@@ -224,8 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     version_file = src / "src" / "version.info"
     checkout_version = version_file.read_text().strip() if version_file.exists() else "unknown"
     print(f"installed lightning {lightning.__version__}; checkout {checkout_version}", flush=True)
-    if "plain" not in args.modes:
-        parser.error("--modes must include plain: it is the reference")
+    if "plain" not in args.modes and not args.run_only:
+        parser.error("--modes must include plain: it is the reference (or give --run-only)")
 
     out = args.out or Path(tempfile.mkdtemp(prefix="lightning-suite-"))
     out.mkdir(parents=True, exist_ok=True)
@@ -240,6 +253,9 @@ def main(argv: list[str] | None = None) -> int:
         if not (args.reuse and junit.exists()):
             _run_mode(mode, src, tests, junit, plugin_dir, args)
         results[mode] = outcomes(junit)
+    if args.run_only:
+        print(json.dumps({mode: _count(result.values()) for mode, result in results.items()}))
+        return 0
 
     base = results["plain"]
     reports = {mode: compare(base, results[mode]) for mode in args.modes if mode != "plain"}
@@ -267,6 +283,7 @@ def main(argv: list[str] | None = None) -> int:
         "lightning_checkout": checkout_version,
         "tests": tests,
         "tests_run": len(base),
+        "finished_in_every_mode": len(set(base).intersection(*results.values())),
         "plain_outcomes": _count(base.values()),
     }
     print(json.dumps(summary, indent=1))
@@ -274,11 +291,11 @@ def main(argv: list[str] | None = None) -> int:
     for mode, report in reports.items():
         summary[mode] = {key: len(value) for key, value in report.items()}
         print(f"\n== {mode}: same {len(report['same'])}, artefacts {len(report['artefact'])}, "
-              f"different {len(report['different'])}, missing {len(report['missing'])}")  # fmt: skip
+              f"different {len(report['different'])}, not reached {len(report['not_reached'])}")  # fmt: skip
         for test_id in report["artefact"]:
             print(f"  artefact  {test_id}: {base[test_id]} -> {results[mode].get(test_id)} ({artefact_reason(test_id)})")
-        for test_id in report["different"] + report["missing"]:
-            print(f"  DIFFERENT {test_id}: {base[test_id]} -> {results[mode].get(test_id, 'not run')}")
+        for test_id in report["different"]:
+            print(f"  DIFFERENT {test_id}: {base[test_id]} -> {results[mode][test_id]}")
             status = 1
     (out / "summary.json").write_text(json.dumps({**summary, "reports": reports}, indent=1))
     print(f"\njunit files, logs and summary.json in {out}")
