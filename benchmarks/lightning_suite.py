@@ -95,13 +95,18 @@ def pytest_configure(config):
 
 
 def _bridge():
-    from composer_bridge import AlgorithmEngineCallback, Callback
+    from composer_bridge import AlgorithmEngineCallback
 
     if MODE == "idle":
         return AlgorithmEngineCallback([])
+    return AlgorithmEngineCallback([], callbacks=[RecordEvents()])
+
+
+def _record_events_class():
+    from composer_bridge import Callback
 
     class RecordEvents(Callback):
-        """Records every event and changes nothing."""
+        """Records every event and changes nothing (module-level: ddp_spawn pickles the Trainer's callbacks)."""
 
         def __init__(self):
             self.events = []
@@ -109,7 +114,13 @@ def _bridge():
         def run_event(self, event, state, logger):
             self.events.append(event)
 
-    return AlgorithmEngineCallback([], callbacks=[RecordEvents()])
+    RecordEvents.__module__ = __name__
+    RecordEvents.__qualname__ = "RecordEvents"
+    return RecordEvents
+
+
+if MODE == "listening":
+    RecordEvents = _record_events_class()
 
 
 def _inject():

@@ -178,3 +178,19 @@ def test_a_wrapper_around_the_bridges_hook_still_works_after_the_run() -> None:
     expected = torch.nn.functional.cross_entropy(model.net(x), y)
     assert torch.equal(model.training_step((x, y), 0), expected)
     assert len(recorder.events) == heard  # no event after the run
+
+
+class IteratorStep(Plain):
+    """Lightning passes ``dataloader_iter`` (and no batch_idx) to a training_step whose signature asks for it."""
+
+    def training_step(self, dataloader_iter: Any) -> torch.Tensor:
+        batch, _, _ = next(dataloader_iter)
+        return super().training_step(batch, 0)
+
+
+@pytest.mark.parametrize("kind", ["none", "idle", "listening"])
+def test_lightning_reads_the_signature_of_the_users_step_through_the_bridges_hook(kind: str) -> None:
+    model = IteratorStep()
+    trainer = quiet_trainer(max_steps=2, callbacks=bridges(kind))
+    trainer.fit(model, loader())
+    assert trainer.global_step == 2
