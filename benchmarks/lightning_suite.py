@@ -125,12 +125,15 @@ if MODE == "listening":
 
 def _inject():
     import importlib
+    import sys
 
+    # tests_pytorch uses lightning.pytorch. pytorch_lightning is patched only if something already
+    # imported it: importing it here would redirect Lightning's rank-zero log (one logger shared by
+    # both packages, set by the last one imported) and fail the tests that read that log.
     for package in ("lightning.pytorch", "pytorch_lightning"):
-        try:
-            trainer_cls = importlib.import_module(package).Trainer
-        except ImportError:
+        if package == "pytorch_lightning" and package not in sys.modules:
             continue
+        trainer_cls = importlib.import_module(package).Trainer
         original = trainer_cls.__init__
 
         @functools.wraps(original)
