@@ -1,0 +1,337 @@
+"""Sharded-training runs on 2 CPU processes (gloo), each beside its DDP oracle, in ONE process launch.
+
+Usage (Lightning launches the second rank by re-running this script with the same arguments)::
+
+    python fsdp_runs.py OUT_DIR [CASE ...]
+
+For every case it trains the same seeded model on the same data twice, under ``strategy="ddp"``
+and under FSDP2 (``ModelParallelStrategy(data_parallel_size=2, tensor_parallel_size=1)``, with
+``fully_shard`` applied in ``configure_model``), and records on every rank: the final parameters
+(gathered full tensors), the gradient norms before and after the bridge's ``on_before_optimizer_step``
+(GradientClipping's clipped norm), EMA/SWA averages (gathered), and each rank's random draws.
+Further sections: checkpoint resumption (sharded and full state dict), refusal of surgery on an
+already sharded model, rank-zero-only traces. Results: ``OUT_DIR/rank{R}.pt`` (written after every
+case, so a crash leaves what ran before it), read by ``tests/lightning/test_fsdp2.py``.
+
+All runs share one 2-process group: Lightning initialises it at the first fit and every later
+Trainer (DDP or ModelParallelStrategy) reuses it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.strategies import ModelParallelStrategy
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from composer_bridge import AlgorithmEngineCallback, ComposerClassifier, ComposerModule
+from composer_bridge.algorithms import (
+    EMA,
+    SAM,
+    SWA,
+    BlurPool,
+    CutMix,
+    CutOut,
+    Factorize,
+    GatedLinearUnits,
+    GradientClipping,
+    LabelSmoothing,
+    LayerFreezing,
+    MixUp,
+    RandAugment,
+    SqueezeExcite,
+)
+from composer_bridge.models import GPT, ResNetCNN
+
+VOCAB, SEQ = 16, 8
+STEPS = 4
+
+
+def _full(tensor: torch.Tensor) -> torch.Tensor:
+    """The whole tensor on every rank (a collective for a DTensor; all ranks must call it)."""
+    from torch.distributed.tensor import DTensor
+
+    tensor = tensor.detach()
+    return (tensor.full_tensor() if isinstance(tensor, DTensor) else tensor).clone().cpu()
+
+
+def _full_dict(tensors: dict[str, torch.Tensor] | None) -> dict[str, torch.Tensor] | None:
+    return None if tensors is None else {k: _full(v) for k, v in sorted(tensors.items())}
+
+
+def _global_grad_norm(module: nn.Module) -> float:
+    grads = [_full(p.grad) for p in module.parameters() if p.grad is not None]
+    return float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])))
+
+
+class ShardMixin:
+    """``configure_model``: FSDP2 on every Linear/Conv, then on the whole network (only under ModelParallelStrategy)."""
+
+    net_attribute = "module"
+
+    def configure_model(self) -> None:
+        mesh = self.device_mesh  # type: ignore[attr-defined]
+        if mesh is None:  # DDP: nothing to shard
+            return
+        from torch.distributed.fsdp import FSDPModule, fully_shard
+
+        net = getattr(self, self.net_attribute)
+        if isinstance(net, FSDPModule):  # a second fit on the same module: already sharded
+            return
+        owners: dict[int, int] = {}  # tied weights (GPT's head and embedding) stay in the root's group
+        for module in net.modules():
+            for param in module.parameters(recurse=False):
+                owners[id(param)] = owners.get(id(param), 0) + 1
+        for module in list(net.modules()):
+            tied = any(owners[id(p)] > 1 for p in module.parameters(recurse=False))
+            if isinstance(module, (nn.Linear, nn.Conv2d)) and module is not net and not tied:
+                fully_shard(module, mesh=mesh["data_parallel"])
+        fully_shard(net, mesh=mesh["data_parallel"])
+
+    # gradient norms seen by the module: after backward (before clipping) and after the callbacks'
+    # on_before_optimizer_step (after GradientClipping), the global norm over full gradients
+    def on_after_backward(self) -> None:
+        self.norms_before.append(_global_grad_norm(self))  # type: ignore[attr-defined,arg-type]
+
+    def on_before_optimizer_step(self, optimizer: Any) -> None:
+        self.norms_after.append(_global_grad_norm(self))  # type: ignore[attr-defined,arg-type]
+
+
+class Classifier(ShardMixin, ComposerClassifier):
+    def __init__(self, widths: tuple[int, ...] = (8, 16), optimizer: str = "sgd") -> None:
+        torch.manual_seed(0)
+        net = ResNetCNN(num_classes=4, in_channels=3, widths=widths, blocks_per_stage=1)
+        make: Callable[[Any], torch.optim.Optimizer]
+        if optimizer == "adam":
+            make = lambda p: torch.optim.AdamW(p, lr=1e-2)  # noqa: E731
+        else:
+            make = lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9)  # noqa: E731
+        super().__init__(net, num_classes=4, optimizer=make)
+        self.norms_before: list[float] = []
+        self.norms_after: list[float] = []
+        self.train_inputs: list[float] = []  # what each training forward sees (after the batch algorithms)
+        self.eval_outputs: list[float] = []  # what each evaluation forward computes (EMA's swapped-in weights)
+
+    def forward(self, batch: Any) -> torch.Tensor:
+        outputs = super().forward(batch)
+        if self.training:
+            self.train_inputs.append(float(batch[0].double().sum()))
+        else:
+            self.eval_outputs.append(float(outputs.double().sum()))
+        return outputs
+
+
+class LanguageModel(ShardMixin, ComposerModule):
+    net_attribute = "gpt"
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.gpt = GPT(vocab_size=VOCAB, block_size=SEQ, d_model=16, n_layers=1, n_heads=2, dropout=0.0)
+        self.norms_before: list[float] = []
+        self.norms_after: list[float] = []
+
+    def forward(self, batch: Any) -> torch.Tensor:
+        return self.gpt(batch[0])
+
+    def loss(self, outputs: torch.Tensor, batch: Any) -> torch.Tensor:
+        return F.cross_entropy(outputs.reshape(-1, VOCAB).float(), batch[1].reshape(-1))
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.AdamW(self.parameters(), lr=1e-2)
+
+
+def image_loader(n: int = 64, batch_size: int = 8, size: int = 8) -> DataLoader:
+    g = torch.Generator().manual_seed(0)
+    y = torch.randint(0, 4, (n,), generator=g)
+    x = torch.randn(n, 3, size, size, generator=g) + y.view(-1, 1, 1, 1).float()
+    return DataLoader(TensorDataset(x, y), batch_size=batch_size)
+
+
+def unit_image_loader(n: int = 64, batch_size: int = 8) -> DataLoader:
+    """Images with pixels in [0, 1] (RandAugment's on-batch form expects them)."""
+    g = torch.Generator().manual_seed(0)
+    y = torch.randint(0, 4, (n,), generator=g)
+    x = torch.rand(n, 3, 8, 8, generator=g) * 0.7 + 0.1 * y.view(-1, 1, 1, 1).float()
+    return DataLoader(TensorDataset(x, y), batch_size=batch_size)
+
+
+def token_loader() -> DataLoader:
+    g = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, VOCAB, (32, SEQ + 1), generator=g)
+    return DataLoader(TensorDataset(tokens[:, :-1], tokens[:, 1:]), batch_size=4)
+
+
+# name -> (algorithms factory, model factory, loader factory)
+Case = tuple[Callable[[], list[Any]], Callable[[], Any], Callable[[], DataLoader]]
+#: Trainer options beyond the common ones, per case.
+OPTIONS: dict[str, dict[str, Any]] = {
+    "EMA": {"limit_val_batches": 2, "val_check_interval": 2},  # evaluation runs with the average swapped in
+    "LayerFreezing": {"max_steps": 6, "max_epochs": 2},  # LayerFreezing freezes at the end of an epoch
+}
+CASES: dict[str, Case] = {
+    # surgery
+    "BlurPool": (lambda: [BlurPool(min_channels=2)], Classifier, image_loader),
+    "SqueezeExcite": (lambda: [SqueezeExcite(latent_channels=0.5, min_channels=8)], Classifier, image_loader),
+    "Factorize": (lambda: [Factorize(min_channels=8, min_features=4, latent_channels=0.5, latent_features=0.5)],
+                  Classifier, image_loader),
+    "GatedLinearUnits": (lambda: [GatedLinearUnits()], LanguageModel, token_loader),
+    # batch / loss
+    "LabelSmoothing": (lambda: [LabelSmoothing(0.1)], Classifier, image_loader),
+    "MixUp": (lambda: [MixUp(alpha=0.4)], Classifier, image_loader),
+    "CutMix": (lambda: [CutMix(alpha=1.0)], Classifier, image_loader),
+    "CutOut": (lambda: [CutOut(length=0.5)], Classifier, image_loader),
+    # weights / optimizer / schedule
+    "EMA": (lambda: [EMA(half_life="2ba")], Classifier, image_loader),
+    "SWA": (lambda: [SWA(swa_start="0.25dur", swa_end="0.75dur", update_interval="1ba")], Classifier, image_loader),
+    "GradientClipping-norm": (lambda: [GradientClipping("norm", 0.05)], Classifier, image_loader),
+    "GradientClipping-value": (lambda: [GradientClipping("value", 0.01)], Classifier, image_loader),
+    "GradientClipping-adaptive": (lambda: [GradientClipping("adaptive", 0.01)], Classifier, image_loader),
+    "LayerFreezing": (lambda: [LayerFreezing(freeze_start=0.0, freeze_level=0.5)], Classifier, image_loader),
+    "SAM": (lambda: [SAM(rho=0.05)], Classifier, image_loader),
+    # augmentation
+    "RandAugment": (lambda: [RandAugment(depth=1, severity=5)], Classifier, unit_image_loader),
+}
+
+
+def algorithm_of(callback: AlgorithmEngineCallback, name: str) -> Any:
+    return next(a for a in callback.algorithms if type(a).__name__ == name)
+
+
+def fit(case: str, strategy_name: str, out: Path) -> dict[str, Any]:
+    algorithms, make_model, make_loader = CASES[case]
+    L.seed_everything(0, verbose=False)
+    model = make_model()
+    callback = AlgorithmEngineCallback(algorithms(), seed=0)
+    if strategy_name == "fsdp2":
+        strategy: Any = ModelParallelStrategy(data_parallel_size=2, tensor_parallel_size=1)
+    else:
+        strategy = "ddp_find_unused_parameters_true" if case == "LayerFreezing" else "ddp"
+    options: dict[str, Any] = dict(
+        accelerator="cpu", devices=2, strategy=strategy, max_steps=STEPS, logger=False, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0, max_epochs=1,
+        default_root_dir=str(out / "lightning"), callbacks=[callback],
+    )
+    options.update(OPTIONS.get(case, {}))
+    trainer = L.Trainer(**options)
+    started = time.perf_counter()
+    val = make_loader() if options.get("limit_val_batches") else None
+    trainer.fit(model, make_loader(), val)
+    result: dict[str, Any] = {
+        "seconds": time.perf_counter() - started,
+        "params": {k: _full(v) for k, v in model.named_parameters()},
+        "classes": sorted({type(m).__name__ for m in model.modules()}),
+        "norms_before": list(model.norms_before),
+        "norms_after": list(model.norms_after),
+        "sharded": any(type(p).__name__ == "DTensor" for p in model.parameters()),
+        "train_inputs": list(getattr(model, "train_inputs", [])),
+        "eval_outputs": list(getattr(model, "eval_outputs", [])),
+        "trainable": sorted(k for k, p in model.named_parameters() if p.requires_grad),
+    }
+    names = {type(a).__name__ for a in callback.algorithms}
+    if "EMA" in names:
+        result["ema"] = _full_dict(algorithm_of(callback, "EMA").ema_weights)
+    if "SWA" in names:
+        result["swa"] = _full_dict(algorithm_of(callback, "SWA").swa_weights)
+    return result
+
+
+# --- checkpoints: stop after 3 of 6 steps (mid-epoch), save, resume in a fresh Trainer ---------------
+class RankLoader:
+    """Fixed batches of this rank's half of the data, in order, resumable mid-epoch (``state_dict``)."""
+
+    def __init__(self, rank: int, batches: int = 8, batch_size: int = 4) -> None:
+        x, y = next(iter(image_loader(n=2 * batches * batch_size, batch_size=2 * batches * batch_size)))
+        x, y = x[rank::2], y[rank::2]
+        self.batches = [(x[i : i + batch_size], y[i : i + batch_size]) for i in range(0, len(x), batch_size)]
+        self.position = 0
+        self._resume_at = 0
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        start, self._resume_at = self._resume_at, 0
+        for index in range(start, len(self.batches)):
+            self.position = index + 1
+            yield self.batches[index]
+
+    def state_dict(self) -> dict[str, int]:
+        return {"position": self.position}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self._resume_at = int(state["position"]) % len(self.batches)
+
+
+RESUME_SETS: dict[str, Callable[[], list[Any]]] = {
+    "EMA+MixUp": lambda: [EMA(half_life="2ba"), MixUp(alpha=0.4)],
+    "SWA+CutMix": lambda: [SWA(swa_start="0.2dur", swa_end="0.9dur", update_interval="1ba"), CutMix(alpha=1.0)],
+}
+
+
+def resume_run(name: str, rank: int, out: Path, sharded: bool, ckpt: Path | None = None) -> dict[str, Any]:
+    """6 steps of one epoch of 8 batches; the uninterrupted run (``ckpt=None``) saves at step 3 (mid-epoch)."""
+    L.seed_everything(0, verbose=False)
+    model = Classifier()
+    callback = AlgorithmEngineCallback(RESUME_SETS[name](), seed=0)
+    mode = "sharded" if sharded else "full"
+    saver = ModelCheckpoint(dirpath=out / f"{name}-{mode}", filename="at-{step}", every_n_train_steps=3, save_top_k=-1)
+    trainer = L.Trainer(
+        accelerator="cpu", devices=2, max_steps=6, max_epochs=1, logger=False,
+        strategy=ModelParallelStrategy(data_parallel_size=2, tensor_parallel_size=1, save_distributed_checkpoint=sharded),
+        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+        callbacks=[callback] + ([saver] if ckpt is None else []), default_root_dir=str(out / "lightning"),
+    )
+    trainer.fit(model, RankLoader(rank), ckpt_path=str(ckpt) if ckpt is not None else None)
+    saved = out / f"{name}-{mode}" / "at-step=3.ckpt"
+    return {
+        "params": {k: _full(v) for k, v in model.named_parameters()},
+        "bridge": callback.state_dict(),  # whole tensors (EMA/SWA gather), positions, timestamp
+        "inputs": list(model.train_inputs),
+        "checkpoint": saved,
+        "checkpoint_files": sorted(p.name for p in saved.iterdir()) if ckpt is None and saved.is_dir() else None,
+    }
+
+
+def checkpoints(rank: int, out: Path) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+    for name in RESUME_SETS:
+        for mode, sharded in (("sharded", True), ("full", False)):
+            whole = results[f"{name}/{mode}/uninterrupted"] = resume_run(name, rank, out, sharded)
+            results[f"{name}/{mode}/resumed"] = resume_run(name, rank, out, sharded, ckpt=whole["checkpoint"])
+    return results
+
+
+def main(argv: list[str]) -> None:
+    out = Path(argv[0])
+    sections = argv[1:] or [*CASES, "checkpoints"]
+    rank = int(os.environ.get("LOCAL_RANK", "0"))
+    results: dict[str, Any] = {"cases": {}, "errors": {}}
+    if "checkpoints" in sections:
+        results["checkpoints"] = checkpoints(rank, out)
+        torch.save(results, out / f"rank{rank}.pt")
+    for case in [s for s in sections if s in CASES]:
+        for strategy_name in ("ddp", "fsdp2"):
+            key = f"{case}/{strategy_name}"
+            print(f"[rank {rank}] {key}", file=sys.stderr, flush=True)
+            results["cases"][key] = fit(case, strategy_name, out)
+            torch.save(results, out / f"rank{rank}.pt")
+
+
+if __name__ == "__main__":
+    try:
+        main(sys.argv[1:])
+    except BaseException:
+        traceback.print_exc()
+        raise
