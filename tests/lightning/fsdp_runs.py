@@ -31,6 +31,7 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.loggers import Logger
 from lightning.pytorch.strategies import ModelParallelStrategy
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
@@ -125,8 +126,10 @@ class Classifier(ShardMixin, ComposerClassifier):
 
     def forward(self, batch: Any) -> torch.Tensor:
         outputs = super().forward(batch)
-        if self.training:
-            self.train_inputs.append(float(batch[0].double().sum()))
+        if self.training:  # a fingerprint that mixing, cutting and pasting between images all change
+            inputs = batch[0].double()
+            weights = torch.arange(1, inputs.numel() + 1, dtype=torch.float64).sin().view_as(inputs)
+            self.train_inputs.append(float((inputs * weights).sum()))
         else:
             self.eval_outputs.append(float(outputs.double().sum()))
         return outputs
@@ -313,20 +316,94 @@ def checkpoints(rank: int, out: Path) -> dict[str, Any]:
     return results
 
 
+# --- traces and W&B: rank zero only ------------------------------------------------------------------
+class EveryRankLogger(Logger):
+    """Records the metric names it is given on whichever rank it runs (unlike Lightning's rank-zero loggers)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.keys: set[str] = set()
+
+    @property
+    def name(self) -> str:
+        return "every_rank"
+
+    @property
+    def version(self) -> int:
+        return 0
+
+    def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        self.keys.update(metrics)
+
+
+def traces(rank: int, out: Path) -> dict[str, Any]:
+    from lightning.pytorch.loggers import WandbLogger
+
+    L.seed_everything(0, verbose=False)
+    every_rank = EveryRankLogger()
+    callback = AlgorithmEngineCallback([MixUp(alpha=0.4), EMA(half_life="2ba")], seed=0, trace_mode="every_event",
+                                       trace_file=str(out / "traces.txt"))
+    wandb_logger = WandbLogger(project="fsdp2", save_dir=str(out), offline=True)
+    trainer = L.Trainer(
+        accelerator="cpu", devices=2, max_steps=2, max_epochs=1, enable_checkpointing=False,
+        strategy=ModelParallelStrategy(data_parallel_size=2, tensor_parallel_size=1),
+        logger=[wandb_logger, every_rank], log_every_n_steps=1,
+        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0, callbacks=[callback],
+        default_root_dir=str(out / "lightning"),
+    )
+    trainer.fit(Classifier(), image_loader(n=32, batch_size=8))
+    every_rank.log_metrics({"sentinel": 1.0})  # the logger itself records on every rank
+    if rank == 0:
+        import wandb
+
+        wandb.finish()
+    return {"logged_keys": sorted(every_rank.keys), "trace_counts": {k: s.count for k, s in callback.traces.stats.items()}}
+
+
+# --- surgery on a model that is already sharded -----------------------------------------------------
+def refusal(rank: int, out: Path) -> dict[str, Any]:
+    """Fit once under FSDP2 (configure_model shards the model), then fit the same, sharded, model with BlurPool."""
+    L.seed_everything(0, verbose=False)
+    model = Classifier()
+    common: dict[str, Any] = dict(
+        accelerator="cpu", devices=2, max_steps=1, max_epochs=1, logger=False, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+        default_root_dir=str(out / "lightning"),
+    )
+    strategy = ModelParallelStrategy(data_parallel_size=2, tensor_parallel_size=1)
+    L.Trainer(strategy=strategy, **common).fit(model, image_loader(n=32))
+    second = L.Trainer(strategy=ModelParallelStrategy(data_parallel_size=2, tensor_parallel_size=1),
+                       callbacks=[AlgorithmEngineCallback([BlurPool(min_channels=2)])], **common)
+    try:
+        second.fit(model, image_loader(n=32))
+    except Exception as error:  # raised on every rank at Event.INIT, before any collective
+        return {"error": f"{type(error).__name__}: {error}",
+                "classes": sorted({type(m).__name__ for m in model.modules()})}
+    return {"error": None, "classes": sorted({type(m).__name__ for m in model.modules()})}
+
+
 def main(argv: list[str]) -> None:
     out = Path(argv[0])
-    sections = argv[1:] or [*CASES, "checkpoints"]
+    sections = argv[1:] or [*CASES, "checkpoints", "traces", "refusal"]
     rank = int(os.environ.get("LOCAL_RANK", "0"))
     results: dict[str, Any] = {"cases": {}, "errors": {}}
-    if "checkpoints" in sections:
-        results["checkpoints"] = checkpoints(rank, out)
-        torch.save(results, out / f"rank{rank}.pt")
+    for name, section in (("checkpoints", checkpoints), ("traces", traces)):
+        if name in sections:
+            print(f"[rank {rank}] {name}", file=sys.stderr, flush=True)
+            results[name] = section(rank, out)
+            torch.save(results, out / f"rank{rank}.pt")
     for case in [s for s in sections if s in CASES]:
         for strategy_name in ("ddp", "fsdp2"):
             key = f"{case}/{strategy_name}"
             print(f"[rank {rank}] {key}", file=sys.stderr, flush=True)
             results["cases"][key] = fit(case, strategy_name, out)
             torch.save(results, out / f"rank{rank}.pt")
+    if "refusal" in sections:  # last: it leaves a failed fit behind
+        results["refusal"] = refusal(rank, out)
+        torch.save(results, out / f"rank{rank}.pt")
 
 
 if __name__ == "__main__":
