@@ -41,17 +41,30 @@ from composer_bridge.algorithms import (
     EMA,
     SAM,
     SWA,
+    Alibi,
+    AugMix,
     BlurPool,
+    ChannelsLast,
+    ColOut,
     CutMix,
     CutOut,
     Factorize,
     GatedLinearUnits,
+    GhostBatchNorm,
     GradientClipping,
+    GyroDropout,
     LabelSmoothing,
     LayerFreezing,
+    LowPrecisionGroupNorm,
+    LowPrecisionLayerNorm,
     MixUp,
+    ProgressiveResizing,
     RandAugment,
+    SelectiveBackprop,
+    SeqLengthWarmup,
     SqueezeExcite,
+    StochasticDepth,
+    WeightStandardization,
 )
 from composer_bridge.models import GPT, ResNetCNN
 
@@ -94,10 +107,9 @@ class ShardMixin:
         for module in net.modules():
             for param in module.parameters(recurse=False):
                 owners[id(param)] = owners.get(id(param), 0) + 1
-        for module in list(net.modules()):
-            tied = any(owners[id(p)] > 1 for p in module.parameters(recurse=False))
-            if isinstance(module, (nn.Linear, nn.Conv2d)) and module is not net and not tied:
-                fully_shard(module, mesh=mesh["data_parallel"])
+        layers = [m for m in net.modules() if isinstance(m, (nn.Linear, nn.Conv2d)) and m is not net]
+        for module in [m for m in layers if all(owners[id(p)] == 1 for p in m.parameters(recurse=False))]:
+            fully_shard(module, mesh=mesh["data_parallel"])
         fully_shard(net, mesh=mesh["data_parallel"])
 
     # gradient norms seen by the module: after backward (before clipping) and after the callbacks'
@@ -109,16 +121,19 @@ class ShardMixin:
         self.norms_after.append(_global_grad_norm(self))  # type: ignore[attr-defined,arg-type]
 
 
+def _net(kind: str) -> nn.Module:
+    if kind == "groupnorm":
+        return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.GroupNorm(2, 8), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+                             nn.Flatten(), nn.Linear(8, 4))
+    if kind == "dropout":
+        return nn.Sequential(nn.Flatten(), nn.Linear(192, 32), nn.ReLU(), nn.Dropout(0.5), nn.Linear(32, 4))
+    return ResNetCNN(num_classes=4, in_channels=3, widths=(8, 16), blocks_per_stage=1)
+
+
 class Classifier(ShardMixin, ComposerClassifier):
-    def __init__(self, widths: tuple[int, ...] = (8, 16), optimizer: str = "sgd") -> None:
+    def __init__(self, net: str = "resnet") -> None:
         torch.manual_seed(0)
-        net = ResNetCNN(num_classes=4, in_channels=3, widths=widths, blocks_per_stage=1)
-        make: Callable[[Any], torch.optim.Optimizer]
-        if optimizer == "adam":
-            make = lambda p: torch.optim.AdamW(p, lr=1e-2)  # noqa: E731
-        else:
-            make = lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9)  # noqa: E731
-        super().__init__(net, num_classes=4, optimizer=make)
+        super().__init__(_net(net), num_classes=4, optimizer=lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9))
         self.norms_before: list[float] = []
         self.norms_after: list[float] = []
         self.train_inputs: list[float] = []  # what each training forward sees (after the batch algorithms)
@@ -205,7 +220,32 @@ CASES: dict[str, Case] = {
     "SAM": (lambda: [SAM(rho=0.05)], Classifier, image_loader),
     # augmentation
     "RandAugment": (lambda: [RandAugment(depth=1, severity=5)], Classifier, unit_image_loader),
+    "AugMix": (lambda: [AugMix(severity=3, width=2)], Classifier, unit_image_loader),
+    "ColOut": (lambda: [ColOut(p_row=0.25, p_col=0.25)], Classifier, image_loader),
+    # the rest of the library
+    "ChannelsLast": (lambda: [ChannelsLast()], Classifier, image_loader),
+    "StochasticDepth": (lambda: [StochasticDepth(drop_rate=0.5)], Classifier, image_loader),
+    "GhostBatchNorm": (lambda: [GhostBatchNorm(ghost_batch_size=4)], Classifier, image_loader),
+    "WeightStandardization": (lambda: [WeightStandardization()], Classifier, image_loader),
+    "LowPrecisionGroupNorm": (lambda: [LowPrecisionGroupNorm()], lambda: Classifier("groupnorm"), image_loader),
+    "GyroDropout": (lambda: [GyroDropout(sigma=8, tau=2)], lambda: Classifier("dropout"), image_loader),
+    "LowPrecisionLayerNorm": (lambda: [LowPrecisionLayerNorm()], LanguageModel, token_loader),
+    "Alibi": (lambda: [Alibi(max_sequence_length=SEQ, train_sequence_length_scaling=0.5)], LanguageModel, token_loader),
+    "SeqLengthWarmup": (lambda: [SeqLengthWarmup(duration=0.5, min_seq_length=4, max_seq_length=SEQ, step_size=4)],
+                        LanguageModel, token_loader),
+    "ProgressiveResizing": (lambda: [ProgressiveResizing(initial_scale=0.5, delay_fraction=0.0, finetune_fraction=0.0)],
+                            Classifier, image_loader),
+    "SelectiveBackprop": (lambda: [SelectiveBackprop(start=0.0, end=1.0, keep=0.5, interrupt=0)], Classifier,
+                          image_loader),
 }
+#: The DDP run's algorithms where they differ from the FSDP2 run's defaults: on a sharded model
+#: StochasticDepth drops the same blocks on every rank (FSDP2 gathers each block's parameters with a
+#: collective all ranks must join); the oracle asks DDP for the same.
+ORACLE: dict[str, Callable[[], list[Any]]] = {
+    "StochasticDepth": lambda: [StochasticDepth(drop_rate=0.5, same_on_every_rank=True)],
+}
+#: Algorithms that may leave parameters without gradients: DDP must look for unused parameters.
+UNUSED_PARAMETERS = {"LayerFreezing", "StochasticDepth"}
 
 
 def algorithm_of(callback: AlgorithmEngineCallback, name: str) -> Any:
@@ -214,13 +254,15 @@ def algorithm_of(callback: AlgorithmEngineCallback, name: str) -> Any:
 
 def fit(case: str, strategy_name: str, out: Path) -> dict[str, Any]:
     algorithms, make_model, make_loader = CASES[case]
+    if strategy_name == "ddp":
+        algorithms = ORACLE.get(case, algorithms)
     L.seed_everything(0, verbose=False)
     model = make_model()
     callback = AlgorithmEngineCallback(algorithms(), seed=0)
     if strategy_name == "fsdp2":
         strategy: Any = ModelParallelStrategy(data_parallel_size=2, tensor_parallel_size=1)
     else:
-        strategy = "ddp_find_unused_parameters_true" if case == "LayerFreezing" else "ddp"
+        strategy = "ddp_find_unused_parameters_true" if case in UNUSED_PARAMETERS else "ddp"
     options: dict[str, Any] = dict(
         accelerator="cpu", devices=2, strategy=strategy, max_steps=STEPS, logger=False, enable_checkpointing=False,
         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0, max_epochs=1,
