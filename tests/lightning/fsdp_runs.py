@@ -223,7 +223,6 @@ CASES: dict[str, Case] = {
     "AugMix": (lambda: [AugMix(severity=3, width=2)], Classifier, unit_image_loader),
     "ColOut": (lambda: [ColOut(p_row=0.25, p_col=0.25)], Classifier, image_loader),
     # the rest of the library
-    "ChannelsLast": (lambda: [ChannelsLast()], Classifier, image_loader),
     "StochasticDepth": (lambda: [StochasticDepth(drop_rate=0.5)], Classifier, image_loader),
     "GhostBatchNorm": (lambda: [GhostBatchNorm(ghost_batch_size=4)], Classifier, image_loader),
     "WeightStandardization": (lambda: [WeightStandardization()], Classifier, image_loader),
@@ -419,12 +418,21 @@ def refusal(rank: int, out: Path) -> dict[str, Any]:
     L.Trainer(strategy=strategy, **common).fit(model, image_loader(n=32))
     second = L.Trainer(strategy=ModelParallelStrategy(data_parallel_size=2, tensor_parallel_size=1),
                        callbacks=[AlgorithmEngineCallback([BlurPool(min_channels=2)])], **common)
+    result: dict[str, Any] = {"error": None, "channels_last_error": None}
     try:
         second.fit(model, image_loader(n=32))
     except Exception as error:  # raised on every rank at Event.INIT, before any collective
-        return {"error": f"{type(error).__name__}: {error}",
-                "classes": sorted({type(m).__name__ for m in model.modules()})}
-    return {"error": None, "classes": sorted({type(m).__name__ for m in model.modules()})}
+        result["error"] = f"{type(error).__name__}: {error}"
+    result["classes"] = sorted({type(m).__name__ for m in model.modules()})
+    fresh = Classifier()
+    third = L.Trainer(strategy=ModelParallelStrategy(data_parallel_size=2, tensor_parallel_size=1),
+                      callbacks=[AlgorithmEngineCallback([ChannelsLast()])], **common)
+    try:
+        third.fit(fresh, image_loader(n=32))
+    except Exception as error:  # refused at the bridge's setup, on every rank
+        result["channels_last_error"] = f"{type(error).__name__}: {error}"
+    result["fresh_contiguous"] = all(p.is_contiguous() for p in fresh.parameters())
+    return result
 
 
 def main(argv: list[str]) -> None:

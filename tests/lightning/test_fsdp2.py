@@ -28,12 +28,20 @@ from composer_bridge.core.state import State
 from composer_bridge.functional import apply_blurpool
 
 SCRIPT = Path(__file__).with_name("fsdp_runs.py")
+#: surgery case -> a class the surgery creates
 SURGERY = {"BlurPool": "BlurConv2d", "SqueezeExcite": "SqueezeExciteConv2d", "Factorize": "FactorizedConv2d",
-           "GatedLinearUnits": "GatedFeedForward"}
-BATCH_AND_LOSS = ["LabelSmoothing", "MixUp", "CutMix", "CutOut"]
+           "GatedLinearUnits": "GatedFeedForward", "StochasticDepth": "StochasticBlock",
+           "GhostBatchNorm": "GhostBatchNormWrapper", "WeightStandardization": "ParametrizationList",
+           "LowPrecisionGroupNorm": "LPGroupNorm", "LowPrecisionLayerNorm": "LPLayerNorm",
+           "Alibi": "AlibiCausalSelfAttention", "GyroDropout": "GyroDropoutLayer"}
+#: batch and loss algorithms on the image classifier (whose training inputs are recorded)
+BATCH_AND_LOSS = ["LabelSmoothing", "MixUp", "CutMix", "CutOut", "SelectiveBackprop", "ProgressiveResizing"]
+SEQUENCE = ["SeqLengthWarmup"]  # on the language model
 WEIGHTS = ["EMA", "SWA", "LayerFreezing", "SAM", "GradientClipping-norm", "GradientClipping-value",
            "GradientClipping-adaptive"]
-AUGMENTATION = ["RandAugment"]
+AUGMENTATION = ["RandAugment", "AugMix", "ColOut"]
+#: refused under ModelParallelStrategy at setup (test_surgery_on_an_already_sharded_model_is_refused_on_every_rank)
+REFUSED = ["ChannelsLast"]
 
 
 # --- the launched runs ------------------------------------------------------------------------------
@@ -71,8 +79,9 @@ def _params_match_ddp(runs: list[dict[str, Any]], case: str) -> tuple[dict[str, 
         _close(ddp["params"], fsdp2["params"], f"{case} rank {rank}")
         assert ddp["norms_before"] == pytest.approx(fsdp2["norms_before"], rel=1e-5), case
         assert ddp["norms_after"] == pytest.approx(fsdp2["norms_after"], rel=1e-5), case
-    initial = runs[0]["cases"][f"{case}/fsdp2"]
-    assert len(initial["norms_after"]) >= 4, case  # it trained
+    for key, value in runs[0]["cases"][f"{case}/ddp"]["params"].items():  # DDP keeps its replicas equal
+        assert torch.equal(value, runs[1]["cases"][f"{case}/ddp"]["params"][key]), (case, key)
+    assert len(runs[0]["cases"][f"{case}/fsdp2"]["norms_after"]) >= 4, case  # it trained
     return runs[0]["cases"][f"{case}/ddp"], runs[0]["cases"][f"{case}/fsdp2"]
 
 
@@ -95,8 +104,22 @@ def test_batch_and_loss_algorithms_draw_per_rank_as_under_ddp(runs: list[dict[st
         assert inputs == [runs[r]["cases"][f"{case}/ddp"]["train_inputs"] for r in (0, 1)], case
         assert inputs[0] != inputs[1], case  # ... and ranks differ, as under DDP
     plain = runs[0]["cases"]["LabelSmoothing/fsdp2"]["train_inputs"]  # the inputs before any mixing
-    for case in ("MixUp", "CutMix", "CutOut", "RandAugment"):
+    for case in ("MixUp", "CutMix", "CutOut", "RandAugment", "AugMix", "ColOut", "SelectiveBackprop",
+                 "ProgressiveResizing"):
         assert runs[0]["cases"][f"{case}/fsdp2"]["train_inputs"] != plain, f"{case} did not change the batch"
+    for case in SEQUENCE:
+        _params_match_ddp(runs, case)
+
+
+def test_the_cases_cover_every_algorithm_of_the_library() -> None:
+    import composer_bridge.algorithms as library
+    from composer_bridge.core.algorithm import Algorithm
+
+    names = {n for n in library.__all__ if isinstance(getattr(library, n), type)
+             and issubclass(getattr(library, n), Algorithm) and not getattr(library, n).__abstractmethods__}
+    covered = {*SURGERY, *BATCH_AND_LOSS, *SEQUENCE, *AUGMENTATION, *REFUSED}
+    covered |= {case.split("-")[0] for case in WEIGHTS}
+    assert names == covered, sorted(names ^ covered)
 
 
 @pytest.mark.timeout(900)
@@ -195,6 +218,27 @@ def test_surgery_on_an_already_sharded_model_is_refused_on_every_rank(runs: list
         for words in ("BlurPool", "already sharded", "FSDPModule", "configure_model", "before fully_shard"):
             assert words in refusal["error"], (words, refusal["error"])
         assert "BlurConv2d" not in refusal["classes"]  # the model was left as it was
+        # ChannelsLast's weights cannot be sharded by fully_shard: refused at setup, before it changes the model
+        assert refusal["channels_last_error"] is not None
+        for words in ("ChannelsLast", "non-contiguous", "ModelParallelStrategy", "Fix: remove ChannelsLast"):
+            assert words in refusal["channels_last_error"], (words, refusal["channels_last_error"])
+        assert refusal["fresh_contiguous"]
+
+
+def test_channels_last_is_refused_under_model_parallel_strategy_at_setup() -> None:
+    import lightning as L
+    from lightning.pytorch.strategies import ModelParallelStrategy
+
+    from composer_bridge.algorithms import ChannelsLast
+    from composer_bridge.lightning.setup_checks import BridgeConfigurationError, check_trainer
+
+    sharded = L.Trainer(accelerator="cpu", devices=2, strategy=ModelParallelStrategy(data_parallel_size=2,
+                        tensor_parallel_size=1), logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    with pytest.raises(BridgeConfigurationError, match="ChannelsLast makes the convolution weights channels-last"):
+        check_trainer([ChannelsLast()], sharded)
+    ddp = L.Trainer(accelerator="cpu", devices=2, strategy="ddp", logger=False, enable_checkpointing=False,
+                    enable_progress_bar=False)
+    assert check_trainer([ChannelsLast()], ddp) == []
 
 
 # --- one process: a 1-rank group is enough for DTensor parameters -----------------------------------
