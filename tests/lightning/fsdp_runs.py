@@ -197,6 +197,8 @@ Case = tuple[Callable[[], list[Any]], Callable[[], Any], Callable[[], DataLoader
 OPTIONS: dict[str, dict[str, Any]] = {
     "EMA": {"limit_val_batches": 2, "val_check_interval": 2},  # evaluation runs with the average swapped in
     "LayerFreezing": {"max_steps": 6, "max_epochs": 2},  # LayerFreezing freezes at the end of an epoch
+    "LowPrecisionGroupNorm": {"precision": "bf16-mixed"},  # they change nothing without a mixed precision
+    "LowPrecisionLayerNorm": {"precision": "bf16-mixed"},
 }
 CASES: dict[str, Case] = {
     # surgery
