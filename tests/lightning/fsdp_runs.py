@@ -69,6 +69,8 @@ from composer_bridge.algorithms import (
 from composer_bridge.models import GPT, ResNetCNN
 
 VOCAB, SEQ = 16, 8
+#: the classifiers' outputs: 5 rows do not split evenly over 2 ranks (FSDP2 pads the last shard)
+CLASSES = 5
 STEPS = 4
 
 
@@ -124,16 +126,16 @@ class ShardMixin:
 def _net(kind: str) -> nn.Module:
     if kind == "groupnorm":
         return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.GroupNorm(2, 8), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
-                             nn.Flatten(), nn.Linear(8, 4))
+                             nn.Flatten(), nn.Linear(8, CLASSES))
     if kind == "dropout":
-        return nn.Sequential(nn.Flatten(), nn.Linear(192, 32), nn.ReLU(), nn.Dropout(0.5), nn.Linear(32, 4))
-    return ResNetCNN(num_classes=4, in_channels=3, widths=(8, 16), blocks_per_stage=1)
+        return nn.Sequential(nn.Flatten(), nn.Linear(192, 32), nn.ReLU(), nn.Dropout(0.5), nn.Linear(32, CLASSES))
+    return ResNetCNN(num_classes=CLASSES, in_channels=3, widths=(8, 16), blocks_per_stage=1)
 
 
 class Classifier(ShardMixin, ComposerClassifier):
     def __init__(self, net: str = "resnet") -> None:
         torch.manual_seed(0)
-        super().__init__(_net(net), num_classes=4, optimizer=lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9))
+        super().__init__(_net(net), num_classes=CLASSES, optimizer=lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9))
         self.norms_before: list[float] = []
         self.norms_after: list[float] = []
         self.train_inputs: list[float] = []  # what each training forward sees (after the batch algorithms)

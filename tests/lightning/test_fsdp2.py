@@ -22,6 +22,7 @@ from support import REPO, assert_same_state, free_port, wandb_run_records
 
 from composer_bridge.algorithms import EMA, SWA, BlurPool
 from composer_bridge.algorithms._sharding import full_tensor, is_dtensor, like
+from composer_bridge.algorithms.ema import ema_weights_from_checkpoint
 from composer_bridge.core.event import Event
 from composer_bridge.core.logger import Logger
 from composer_bridge.core.state import State
@@ -190,6 +191,15 @@ def test_sharded_and_full_checkpoints_resume_exactly(runs: list[dict[str, Any]])
         assert results["EMA+MixUp/sharded/uninterrupted"]["checkpoint_files"] == [
             ".metadata", "__0_0.distcp", "__1_0.distcp", "meta.pt"]
         assert results["EMA+MixUp/full/uninterrupted"]["checkpoint_files"] is None  # one file
+    # the average can be read from either checkpoint without the bridge: whole tensors, the same in both
+    out = runs[0]["out"]
+    from_sharded = ema_weights_from_checkpoint(out / "EMA+MixUp-sharded" / "at-step=3.ckpt" / "meta.pt")
+    from_full = ema_weights_from_checkpoint(out / "EMA+MixUp-full" / "at-step=3.ckpt")
+    params = runs[0]["checkpoints"]["EMA+MixUp/full/uninterrupted"]["params"]
+    assert params.keys() <= from_sharded.keys() == from_full.keys()
+    for key in from_full:
+        assert torch.equal(from_sharded[key], from_full[key]), key
+    assert all(from_full[k].shape == v.shape for k, v in params.items())
 
 
 @pytest.mark.timeout(900)
