@@ -34,7 +34,7 @@ LIBRARY_POLICIES: dict[str, str] = {"transformers": "composer_bridge.hf"}
 def libraries_of(model: nn.Module) -> set[str]:
     """The top-level packages that define the classes of ``model``'s modules and their bases."""
     classes = {type(module) for module in model.modules()}
-    return {base.__module__.partition(".")[0] for cls in classes for base in cls.__mro__}
+    return {base.__module__.partition(".")[0] for cls in classes for base in cls.__mro__} - {"builtins"}
 
 
 def load_library_policies(model: nn.Module) -> list[str]:
