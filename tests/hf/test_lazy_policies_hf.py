@@ -22,7 +22,12 @@ from support import REPO
 
 import composer_bridge.hf as hf
 from composer_bridge.algorithms import NoEffectWarning
-from composer_bridge.functional import apply_alibi, apply_factorization, apply_gated_linear_units
+from composer_bridge.functional import (
+    apply_alibi,
+    apply_factorization,
+    apply_gated_linear_units,
+    apply_low_precision_layernorm,
+)
 
 # Shared by the subprocess and this process: the same tiny models and the same surgeries.
 MODELS = textwrap.dedent(
@@ -201,3 +206,13 @@ def test_factorize_on_gpt2_names_conv1d_to_linear():
         apply_factorization(torch.nn.Sequential(torch.nn.Linear(4, 4)), min_features=64)
     assert "conv1d_to_linear" not in str(caught[0].message)  # no Conv1D, no hint
 
+
+
+def test_low_precision_layernorm_on_llama_names_its_rms_norms():
+    config = transformers.LlamaConfig(num_hidden_layers=1, hidden_size=32, num_attention_heads=4, num_key_value_heads=4,
+                                      intermediate_size=64, vocab_size=64, bos_token_id=0, eos_token_id=0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert apply_low_precision_layernorm(transformers.LlamaForCausalLM(config), precision="bf16-mixed") == 0
+    (message,) = (str(w.message) for w in caught if issubclass(w.category, NoEffectWarning))
+    assert "LlamaRMSNorm layers are RMS norms" in message
