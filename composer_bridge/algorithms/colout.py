@@ -126,14 +126,14 @@ def _colout_pil(
 
 
 def colout_batch(
-    sample: torch.Tensor | tuple[torch.Tensor, torch.Tensor],
+    sample: torch.Tensor | PILImage | tuple[torch.Tensor | PILImage, Any],
     p_row: float = 0.15,
     p_col: float = 0.15,
     resize_target: bool | str = "auto",
     generator: torch.Generator | None = None,
     *,
     per_sample: bool = False,
-) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+) -> torch.Tensor | PILImage | tuple[torch.Tensor | PILImage, Any]:
     """Drop random rows and columns from a batch of images (and optionally its targets).
 
     ``int((1 - p_row) * H)`` rows and ``int((1 - p_col) * W)`` columns are kept (at least one
@@ -253,7 +253,9 @@ class ColOutTransform:
         self.resize_target = resize_target
         self.generator = generator
 
-    def __call__(self, sample: Any) -> Any:
+    def __call__(
+        self, sample: torch.Tensor | PILImage | tuple[torch.Tensor | PILImage, Any]
+    ) -> torch.Tensor | PILImage | tuple[torch.Tensor | PILImage, Any]:
         """``sample``: an image (tensor ``(C, H, W)`` or Pillow image) or an ``(image, target)`` pair."""
         pair = isinstance(sample, (tuple, list))
         images = sample[0] if pair else sample
