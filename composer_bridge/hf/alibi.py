@@ -144,10 +144,10 @@ class AlibiAttention(nn.Module):
 def _cached_length(module: AlibiAttention, arguments: dict[str, Any]) -> int:
     """How many keys the cache holds for ``module``'s layer before this call (0 without a cache).
 
-    The cache is found by its type, not by its argument's name: transformers called it
-    ``past_key_value``, then ``past_key_values`` (4.56 to 5.23), then ``cache`` (5.24), and a caller
-    may still pass an old name through ``**kwargs``. Missing it would silently shorten the ALiBi bias
-    to the new queries only (a ``(query_length, query_length)`` bias broadcast over all the keys).
+    The cache is found by its type, not by its argument's name: transformers calls it
+    ``past_key_values`` up to 5.23 and ``cache`` from 5.24 on (where a caller may still pass the old
+    name, which then arrives in ``**kwargs``). With ``attention_mask=None`` (the sdpa path) a missed
+    cache would shorten the ALiBi bias to the new queries only, broadcast over all the keys.
     """
     extra = arguments.get(module._var_keyword, {}) if module._var_keyword else {}
     found = [v for v in (*arguments.values(), *extra.values()) if isinstance(v, Cache)]

@@ -127,6 +127,21 @@ def test_llama_cached_decoding_matches_the_full_forward(llama, implementation):
     assert (decoded - full[:, 8:]).abs().max() <= DECODING_ATOL
 
 
+def test_gpt2_generate_with_the_cache_gives_the_logits_of_generate_without_it(gpt2):
+    model = gpt2().eval()
+    apply_alibi(model, max_sequence_length=64)
+    prompt = torch.randint(1, 64, (2, 6), generator=torch.Generator().manual_seed(5))
+    runs = {}
+    with torch.no_grad():
+        for use_cache in (True, False):
+            runs[use_cache] = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=5,
+                                             do_sample=False, use_cache=use_cache, output_logits=True,
+                                             return_dict_in_generate=True, pad_token_id=0)
+    assert torch.equal(runs[True].sequences, runs[False].sequences)
+    cached, recomputed = torch.stack(runs[True].logits), torch.stack(runs[False].logits)
+    assert (cached - recomputed).abs().max() <= DECODING_ATOL
+
+
 @pytest.mark.filterwarnings("ignore:.*past_key_values.*")
 @pytest.mark.parametrize("keyword", ["cache", "past_key_values"])
 def test_gpt2_attention_reads_the_cache_under_its_old_and_new_names(gpt2, keyword):
