@@ -305,3 +305,21 @@ def test_ema_and_swa_checkpoint_whole_tensors_and_slice_them_again(one_rank_mesh
         assert torch.equal(full_tensor(param.detach()), saved_ema["ema_weights"][name])
     weight = net[0].weight
     assert is_dtensor(like(saved_ema["ema_weights"]["0.weight"], weight))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="with a GPU, torch's FSDP1 wraps the module")
+def test_fsdp1_is_refused_on_the_cpu_by_lightning_and_then_by_torch(one_rank_mesh: Any) -> None:
+    """What docs/distributed.md quotes: FSDP1 cannot be tried on CPU processes with this torch."""
+    import lightning as L
+    from lightning.pytorch.strategies import FSDPStrategy
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    with pytest.raises(ValueError, match="The strategy `fsdp` requires a GPU accelerator, but received `accelerator='cpu'`"):
+        L.Trainer(accelerator="cpu", devices=2, strategy=FSDPStrategy(), logger=False)
+
+    class CPUFSDPStrategy(FSDPStrategy):
+        pass
+
+    L.Trainer(accelerator="cpu", devices=2, strategy=CPUFSDPStrategy(), logger=False)  # a subclass passes Lightning
+    with pytest.raises(RuntimeError, match="FSDP needs a non-CPU accelerator device, but no accelerator device is detected"):
+        FullyShardedDataParallel(torch.nn.Linear(2, 2))  # ... and torch refuses to wrap on the CPU
