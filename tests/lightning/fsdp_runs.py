@@ -97,12 +97,14 @@ class ShardMixin:
     net_attribute = "module"
 
     def configure_model(self) -> None:
+        # what the model looks like when Lightning asks for sharding: surgery (the bridge's INIT) already done?
+        net = getattr(self, self.net_attribute)
+        self.classes_at_configure_model = sorted({type(m).__name__ for m in net.modules()})
         mesh = self.device_mesh  # type: ignore[attr-defined]
         if mesh is None:  # DDP: nothing to shard
             return
         from torch.distributed.fsdp import FSDPModule, fully_shard
 
-        net = getattr(self, self.net_attribute)
         if isinstance(net, FSDPModule):  # a second fit on the same module: already sharded
             return
         owners: dict[int, int] = {}  # tied weights (GPT's head and embedding) stay in the root's group
@@ -286,6 +288,7 @@ def fit(case: str, strategy_name: str, out: Path) -> dict[str, Any]:
         "train_inputs": list(getattr(model, "train_inputs", [])),
         "eval_outputs": list(getattr(model, "eval_outputs", [])),
         "trainable": sorted(k for k, p in model.named_parameters() if p.requires_grad),
+        "classes_at_configure_model": model.classes_at_configure_model,
     }
     names = {type(a).__name__ for a in callback.algorithms}
     if "EMA" in names:

@@ -91,6 +91,8 @@ def test_surgery_runs_before_sharding_and_trains_like_ddp(runs: list[dict[str, A
     for case, replaced in SURGERY.items():
         ddp, fsdp2 = _params_match_ddp(runs, case)
         assert replaced in ddp["classes"], case
+        # Lightning called configure_model after the callbacks' setup (INIT): fully_shard saw the new layers
+        assert replaced in fsdp2["classes_at_configure_model"], (case, fsdp2["classes_at_configure_model"])
         # configure_model sharded the replaced model: FSDP2 renames each sharded class FSDP<Name>
         assert any(name.startswith("FSDP") for name in fsdp2["classes"]), fsdp2["classes"]
         assert {replaced, f"FSDP{replaced}"} & set(fsdp2["classes"]), (case, fsdp2["classes"])
