@@ -22,11 +22,14 @@ Example:
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 __all__ = ["full_tensor", "is_dtensor", "is_sharded", "like", "reshard", "sharding_kind"]
 
 
+@functools.cache
 def _dtensor_class() -> type | None:
     if not torch.distributed.is_available():  # pragma: no cover - torch built without distributed
         return None
@@ -35,6 +38,7 @@ def _dtensor_class() -> type | None:
     return DTensor
 
 
+@functools.cache
 def _fsdp_module_class() -> type | None:
     if not torch.distributed.is_available():  # pragma: no cover
         return None
