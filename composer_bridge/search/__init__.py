@@ -13,12 +13,12 @@ Example:
     'MixUp'
 """
 
-from composer_bridge.search.candidates import DEFAULT_CANDIDATES, Candidate
-from composer_bridge.search.checks import CandidateWarning, SearchInputError
+from composer_bridge.search.candidates import DEFAULT_CANDIDATES, Candidate, from_recipe
+from composer_bridge.search.errors import CandidateWarning, SearchInputError
 from composer_bridge.search.scoring import SpeedUp, strict_speedup, time_to_reach
 from composer_bridge.search.search import CurveResult, SearchResult, search_recipe
 from composer_bridge.search.state import StaleStateError
 from composer_bridge.search.trial import FitRecord
 
 __all__ = ["DEFAULT_CANDIDATES", "Candidate", "CandidateWarning", "CurveResult", "FitRecord", "SearchInputError",
-           "SearchResult", "SpeedUp", "StaleStateError", "search_recipe", "strict_speedup", "time_to_reach"]
+           "SearchResult", "SpeedUp", "StaleStateError", "from_recipe", "search_recipe", "strict_speedup", "time_to_reach"]

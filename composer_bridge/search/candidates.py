@@ -25,8 +25,9 @@ import torch
 
 from composer_bridge import recipes
 from composer_bridge.core.algorithm import Algorithm
+from composer_bridge.search.errors import SearchInputError
 
-__all__ = ["DEFAULT_CANDIDATES", "IMAGE_ALGORITHMS", "Candidate", "applicability", "as_candidates"]
+__all__ = ["DEFAULT_CANDIDATES", "IMAGE_ALGORITHMS", "Candidate", "applicability", "as_candidates", "from_recipe"]
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ class Candidate:
             names = [n for n in getattr(algorithms, "__all__", []) if isinstance(getattr(algorithms, n), type)]
             close = difflib.get_close_matches(self.algorithm, names, n=1)
             hint = f" Did you mean {close[0]!r}?" if close else ""
-            raise ValueError(f"Candidate({self.algorithm!r}): composer_bridge.algorithms has no such algorithm.{hint} "
+            raise SearchInputError(f"Candidate({self.algorithm!r}): composer_bridge.algorithms has no such algorithm.{hint} "
                              f"Choose one of {sorted(names)}.")
         return cls
 
@@ -70,7 +71,8 @@ class Candidate:
         try:
             return self.algorithm_class()(**kwargs)
         except (TypeError, ValueError) as error:
-            raise ValueError(f"Candidate({self.algorithm!r}, {dict(self.kwargs)!r}): could not build it: {error}") from error
+            raise SearchInputError(f"Candidate({self.algorithm!r}, {dict(self.kwargs)!r}): could not build it: {error}. "
+                                   f"Pass its arguments: Candidate({self.algorithm!r}, {{...}}).") from error
 
 
 #: Algorithms that act on image batches (a floating ``(N, C, H, W)`` input).
@@ -98,7 +100,7 @@ DEFAULT_CANDIDATES: tuple[Candidate, ...] = (
 def as_candidates(candidates: Sequence[Candidate | str] | None) -> list[Candidate]:
     """``candidates`` as :class:`Candidate` objects (a string is a class name with default arguments).
 
-    Raises ``ValueError`` for an unknown algorithm, an empty list or two candidates with one label.
+    Raises :class:`~composer_bridge.search.errors.SearchInputError` for an unknown algorithm, an empty list or two candidates with one label.
 
     Example:
         >>> [c.label for c in as_candidates(["BlurPool", Candidate("MixUp", {"alpha": 0.2})])]
@@ -111,16 +113,16 @@ def as_candidates(candidates: Sequence[Candidate | str] | None) -> list[Candidat
         if isinstance(item, str):
             item = Candidate(item)
         if not isinstance(item, Candidate):
-            raise TypeError(f"candidates: {item!r} is a {type(item).__name__}; expected an algorithm class name "
+            raise SearchInputError(f"candidates: {item!r} is a {type(item).__name__}; expected an algorithm class name "
                             "(\"MixUp\") or composer_bridge.search.Candidate(\"MixUp\", {\"alpha\": 0.2}).")
-        item.algorithm_class()  # unknown names fail here, before any training
+        item.build(1000)  # unknown names and missing or wrong arguments fail here, before any training
         out.append(item)
     if not out:
-        raise ValueError("candidates=[]: nothing to search. Pass None for the default candidates, or a list of names.")
+        raise SearchInputError("candidates=[]: nothing to search. Pass None for the default candidates, or a list of names.")
     labels = [c.label for c in out]
     twice = sorted({label for label in labels if labels.count(label) > 1})
     if twice:
-        raise ValueError(f"candidates: the labels {twice} appear more than once; give each variant its own "
+        raise SearchInputError(f"candidates: the labels {twice} appear more than once; give each variant its own "
                          "name=, e.g. Candidate(\"MixUp\", {\"alpha\": 0.4}, name=\"MixUp(0.4)\").")
     return out
 
@@ -156,3 +158,25 @@ def applicability(candidate: Candidate, module: torch.nn.Module, batch: Any, tot
         if not replaced:
             return f"{candidate.label} would replace nothing in {type(module).__name__}"
     return None
+
+
+def from_recipe(name: str, prefix: str | None = None, **fill: Any) -> list[Candidate]:
+    """A named recipe of :mod:`composer_bridge.recipes` as candidates (to confirm it beside the search's pick).
+
+    Labels are ``"<prefix>:<class name>"`` (prefix default: the recipe's name) so they never clash
+    with search candidates of the same class and other arguments. ``fill`` supplies a language
+    recipe's placeholders (``max_seq_length=128``).
+
+    Example:
+        >>> [c.label for c in from_recipe("short")]
+        ['short:BlurPool', 'short:ChannelsLast', 'short:LabelSmoothing']
+    """
+    table = {**recipes.VISION_RECIPES, **recipes.LANGUAGE_RECIPES}
+    if name not in table:
+        raise ValueError(f"from_recipe({name!r}): unknown recipe; choose one of {sorted(table)}.")
+    out = []
+    for cls, kwargs in table[name]:
+        filled = {k: (fill[v[1:-1]] if isinstance(v, str) and v.startswith("{") and v[1:-1] in fill else v)
+                  for k, v in kwargs.items()}
+        out.append(Candidate(cls, filled, name=f"{prefix or name}:{cls}"))
+    return out

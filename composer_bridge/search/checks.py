@@ -20,6 +20,7 @@ import lightning as L
 import torch
 
 from composer_bridge.search.candidates import Candidate, applicability
+from composer_bridge.search.errors import CandidateWarning, SearchInputError
 from composer_bridge.search.trial import (
     CLOCKS,
     OWNED_TRAINER_KWARGS,
@@ -32,14 +33,6 @@ from composer_bridge.search.trial import (
 __all__ = ["CandidateWarning", "Probe", "SearchInputError", "check_budget", "check_clock", "check_mode",
            "check_run_lengths", "check_seeds", "check_time_budget", "check_trainer_kwargs", "filter_candidates",
            "probe"]
-
-
-class SearchInputError(ValueError):
-    """The search's input cannot work; the message names the value, what was expected and the fix."""
-
-
-class CandidateWarning(UserWarning):
-    """A default candidate cannot apply to this model or data and is left out of the search."""
 
 
 def check_mode(mode: str) -> bool:

@@ -172,7 +172,7 @@ def to_wandb(result: SearchResult, out_dir: Path, project: str = "composer-bridg
     import wandb
 
     run = wandb.init(project=project, mode=mode, dir=str(out_dir), job_type="recipe-search",
-                     config={k: v for k, v in result.settings.items() if k != "trainer_kwargs"}, reinit=True)
+                     config={k: v for k, v in result.settings.items() if k != "trainer_kwargs"})
     try:
         table = wandb.Table(columns=["phase", "algorithms", "seed", "steps", "quality", "seconds"])
         for f in result.fits:

@@ -497,6 +497,7 @@ def _quiet_lightning() -> Iterator[None]:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*does not have many workers.*")
             warnings.filterwarnings("ignore", message=".*limit_val_batches=1.*")
+            warnings.filterwarnings("ignore", message=".*have no `val_dataloader`.*")
             yield
     finally:
         for lg, level in zip(loggers, levels, strict=True):
