@@ -60,7 +60,7 @@ def digits_loaders(
 
 def cluttered_digits_datasets(
     image_size: int = 24, copies: int = 3, train_per_class: int = 60, noise: float = 0.35,
-    max_rotation: float = 25.0, seed: int = 0,
+    max_rotation: float = 25.0, seed: int = 0, test_per_class: int | None = None,
 ) -> tuple[TensorDataset, TensorDataset]:
     """A harder vision task derived from the bundled digits: few, moved, cluttered, noisy, larger images.
 
@@ -69,7 +69,8 @@ def cluttered_digits_datasets(
     side), a fragment of another digit pasted at half intensity as clutter, and Gaussian pixel noise
     of standard deviation ``noise`` (images in ``[0, 1]`` before it). Only ``train_per_class``
     digits of each class are kept for training (``copies`` corrupted copies of each); the test split
-    is one corrupted copy of every remaining digit (with its own draws). Pixels are normalised with
+    is one corrupted copy of every remaining digit (with its own draws), or of ``test_per_class``
+    of each class. Pixels are normalised with
     the training split's mean and standard deviation, as :func:`digits_datasets`.
 
     With the defaults: 1,800 training images and 1,197 test images of 24x24, 10 classes. A small
@@ -82,9 +83,9 @@ def cluttered_digits_datasets(
     same tensors on every machine.
 
     Example:
-        >>> train, test = cluttered_digits_datasets(copies=1, train_per_class=5)
-        >>> train.tensors[0].shape, test.tensors[0].shape[1:], int(train.tensors[1].max()) + 1
-        (torch.Size([50, 1, 24, 24]), torch.Size([1, 24, 24]), 10)
+        >>> train, test = cluttered_digits_datasets(copies=1, train_per_class=5, test_per_class=3)
+        >>> train.tensors[0].shape, test.tensors[0].shape, int(train.tensors[1].max()) + 1
+        (torch.Size([50, 1, 24, 24]), torch.Size([30, 1, 24, 24]), 10)
     """
     for name, value, low in (("image_size", image_size, 8), ("copies", copies, 1), ("train_per_class", train_per_class, 1)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
@@ -106,6 +107,8 @@ def cluttered_digits_datasets(
     test_mask = torch.ones(len(labels), dtype=torch.bool)
     test_mask[train_idx] = False
     test_idx = order[test_mask[order]]
+    if test_per_class is not None:
+        test_idx = torch.cat([test_idx[labels[test_idx] == c][:test_per_class] for c in range(10)])
     if len(test_idx) == 0:
         raise ValueError(f"cluttered_digits_datasets(train_per_class={train_per_class}): leaves no digit for testing.")
     big = torch.nn.functional.interpolate(images, size=(image_size, image_size), mode="bilinear", align_corners=False)

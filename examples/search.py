@@ -49,7 +49,7 @@ def vision_data(seed: int) -> tuple[Any, Any]:
 
 
 def tiny_vision_data(seed: int) -> tuple[Any, Any]:
-    return cluttered_digits_loaders(batch_size=32, seed=seed, copies=1, train_per_class=10)
+    return cluttered_digits_loaders(batch_size=32, seed=seed, copies=1, train_per_class=10, test_per_class=10)
 
 
 VISION_CANDIDATES = [

@@ -14,11 +14,11 @@ Example:
 """
 
 from composer_bridge.search.candidates import DEFAULT_CANDIDATES, Candidate, from_recipe
-from composer_bridge.search.errors import CandidateWarning, SearchInputError
+from composer_bridge.search.errors import BudgetWarning, CandidateWarning, SearchInputError
 from composer_bridge.search.scoring import SpeedUp, strict_speedup, time_to_reach
 from composer_bridge.search.search import CurveResult, SearchResult, search_recipe
 from composer_bridge.search.state import StaleStateError
 from composer_bridge.search.trial import FitRecord
 
-__all__ = ["DEFAULT_CANDIDATES", "Candidate", "CandidateWarning", "CurveResult", "FitRecord", "SearchInputError",
+__all__ = ["DEFAULT_CANDIDATES", "BudgetWarning", "Candidate", "CandidateWarning", "CurveResult", "FitRecord", "SearchInputError",
            "SearchResult", "SpeedUp", "StaleStateError", "from_recipe", "search_recipe", "strict_speedup", "time_to_reach"]

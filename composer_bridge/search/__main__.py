@@ -62,8 +62,8 @@ def factory(section: dict[str, Any], name: str, passes: str) -> Callable[[Any], 
 
     Example:
         >>> make = factory({"class_path": "collections.OrderedDict", "init_args": {"a": 1}}, "data", "seed")
-        >>> make(0)
-        OrderedDict({'a': 1})
+        >>> dict(make(0))
+        {'a': 1}
     """
     if not isinstance(section, dict) or "class_path" not in section:
         raise SearchInputError(f"{name}: expected a mapping with class_path (and init_args), got {section!r}.")

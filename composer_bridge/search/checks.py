@@ -6,7 +6,7 @@ Example:
     >>> check_mode("maximise")
     Traceback (most recent call last):
     ...
-    composer_bridge.search.checks.SearchInputError: mode='maximise': expected 'max' (higher quality is better, e.g. accuracy) or 'min' (e.g. a loss).
+    composer_bridge.search.errors.SearchInputError: mode='maximise': expected 'max' (higher quality is better, e.g. accuracy) or 'min' (e.g. a loss).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import lightning as L
 import torch
 
 from composer_bridge.search.candidates import Candidate, applicability
-from composer_bridge.search.errors import CandidateWarning, SearchInputError
+from composer_bridge.search.errors import BudgetWarning, CandidateWarning, SearchInputError
 from composer_bridge.search.trial import (
     CLOCKS,
     OWNED_TRAINER_KWARGS,
@@ -115,6 +115,22 @@ def check_time_budget(max_seconds: float | None, first: FitRecord, lengths: Sequ
             f"candidate: the first baseline fit ({lengths[0]} steps) took {first.seconds:.3g} {unit}, so the "
             f"{len(lengths)} run lengths x ({n_seeds} + 1) curves need about {projected:.3g} {unit}. Raise the "
             "budget (a useful search needs several times that), or shorten run_lengths.")
+
+
+def warn_small_budget(budget: float | None, curve_cost: float, n_seeds: int, n_candidates: int, unit: str) -> None:
+    """Warn when ``budget`` cannot cover the baseline curves and one curve per candidate on one seed.
+
+    ``curve_cost`` is one baseline curve's cost (fits, or time on the search's clock).
+    """
+    if budget is None:
+        return
+    need = curve_cost * (n_seeds + n_candidates)
+    if budget < need:
+        warnings.warn(BudgetWarning(
+            f"the budget ({budget:g} {unit}) covers about {budget / curve_cost:.1f} baseline curves; the first step "
+            f"alone needs about {need:.3g} {unit} ({n_seeds} baseline curves + one per candidate, {n_candidates}, on "
+            "the first search seed), so the search will likely stop before it chooses anything. Raise the budget "
+            "or pass fewer candidates."), stacklevel=4)
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["CandidateWarning", "SearchInputError"]
+__all__ = ["BudgetWarning", "CandidateWarning", "SearchInputError"]
 
 
 class SearchInputError(ValueError):
@@ -11,3 +11,7 @@ class SearchInputError(ValueError):
 
 class CandidateWarning(UserWarning):
     """A default candidate cannot apply to this model or data and is left out of the search."""
+
+
+class BudgetWarning(UserWarning):
+    """The budget will not cover the search's first step (every candidate on the first search seed)."""

@@ -43,7 +43,11 @@ def summary(result: SearchResult) -> str:
     cost, unit = result.cost, _unit(result)
     seeds = result.settings["confirm_seeds"]
     lines = []
-    if not result.recipe:
+    if not result.recipe and result.stopped_by_budget:
+        lines.append("No recipe: the budget ran out before the search's first step had scored every candidate on every "
+                     f"search seed {result.settings['search_seeds']}; raise the budget and run again with the same "
+                     "state to go on.")
+    elif not result.recipe:
         lines.append("No recipe beats the baseline: no candidate added to the baseline beat it on the search seeds "
                      f"{result.settings['search_seeds']}.")
     elif result.beats_baseline:
@@ -61,9 +65,10 @@ def summary(result: SearchResult) -> str:
         f"seed = {cost['baseline_run']:.1f} {unit}){', stopped by the budget' if result.stopped_by_budget else ''}; "
         f"confirmation: {cost['confirm_fits']} fits, {cost['confirm_train']:.1f} {unit}. Clock: {cost['clock_means']}.")
     frac = cost["overhead_fraction_of_budget"]
-    lines.append(f"The search's own overhead (everything outside the fits): {cost['overhead_s']:.2f} s"
-                 + (f", {100 * frac:.1f} % of the budget" if frac is not None else "") + "; Lightning's set-up and "
-                 f"validation around the timed training: {cost['lightning_outside_training_s']:.1f} s.")
+    lines.append(f"The search's own overhead (everything outside the fits): {cost['overhead_cpu_s']:.2f} s CPU, "
+                 f"{cost['overhead_s']:.2f} s wall" + (f", {100 * frac:.1f} % of the budget" if frac is not None else "")
+                 + "; Lightning's set-up and validation around the timed training: "
+                 f"{cost['lightning_outside_training_s']:.1f} s wall.")
     return "\n".join(lines)
 
 
@@ -144,9 +149,11 @@ def plot(result: SearchResult, path: Path) -> None:
                label=f"search fits ({len(search)}, seeds {result.settings['search_seeds']})")
     configs = list(dict.fromkeys(tuple(f.config) for f in result.fits if f.phase == "confirm"))
     colours = ["#444444", "#d62728", "#1f77b4", "#2ca02c", "#9467bd"]
-    names = {(): "baseline"}
+    names = {frozenset(): "baseline"}
     if result.recipe:
-        names[tuple(sorted((c.label for c in result.recipe), key=[c.label for c in result.recipe].index))] = "search's recipe"
+        names[frozenset(c.label for c in result.recipe)] = "search's recipe"
+    for name, labels in result.settings.get("also_confirm", {}).items():
+        names.setdefault(frozenset(labels), name)
     for i, config in enumerate(configs):
         fits = [f for f in result.fits if f.phase == "confirm" and tuple(f.config) == config]
         xs, ys = [], []
@@ -154,14 +161,16 @@ def plot(result: SearchResult, path: Path) -> None:
             at = [f for f in fits if f.steps == steps]
             xs.append(statistics.mean(f.seconds for f in at))
             ys.append(statistics.mean(f.quality for f in at))
-        label = _name(config) if config not in names else f"{names[config]}: {_name(config)}"
+        label = names.get(frozenset(config), _name(config))
+        if len(label) + len(_name(config)) < 70 and label != _name(config):
+            label = f"{label}: {_name(config)}"
         ax.plot(xs, ys, marker="o", color=colours[i % len(colours)], label=label,
                 linewidth=2.0 if not config else 1.3)
     ax.set_xlabel(f"training {'steps' if _unit(result) == 'steps' else 'time, s'} ({result.cost['clock']} clock)")
     ax.set_ylabel(result.settings["monitor"] + ("" if higher else " (lower is better)"))
     ax.set_title("recipe search: confirmation seeds (lines, mean per run length) and search fits (dots)", fontsize=9)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right" if higher else "upper right")
+    ax.legend(fontsize=7, loc="upper left" if higher else "upper right")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

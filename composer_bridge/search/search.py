@@ -158,6 +158,9 @@ class _Search:
         self.incumbent: Config = ()  # the recipe the greedy loop has accepted so far
         self.inc_scores: dict[int, float | None] = {s: 1.0 for s in search_seeds}
         self.fit_wall_s = 0.0  # the fits trained in this call (Lightning's set-up and validation included)
+        self.fit_cpu_s = 0.0
+        self.started = (time.perf_counter(), time.process_time())
+        self.earlier = (state.overhead_s, state.overhead_cpu_s)  # from earlier, interrupted calls
         self.trained = 0
 
     # --- fits and the budget ---------------------------------------------------------------------
@@ -191,20 +194,27 @@ class _Search:
         record = self.cache.get(key)
         if record is None:
             algorithms = [self.by_label[label].build(steps) for label in config]
-            started = time.perf_counter()
+            started = time.perf_counter(), time.process_time()
             quality, timer = run_fit(self.make_module, self.make_data, algorithms, steps, seed, self.monitor,
                                      self.clock, self.trainer_kwargs)
-            fit_wall = time.perf_counter() - started
+            fit_wall = time.perf_counter() - started[0]
             self.fit_wall_s += fit_wall
+            self.fit_cpu_s += time.process_time() - started[1]
             self.trained += 1
             record = FitRecord(list(config), seed, steps, quality, timer.seconds(self.clock), timer.cpu_s,
                                timer.wall_s, phase, fit_wall)
             self.state.fits.append(record)
             self.cache[key] = record
+            self.state.overhead_s, self.state.overhead_cpu_s = self.overhead()
             self.state.save()
         (self.search_fits if phase == "search" else self.confirm_fits).append(record)
         self._tick(record)
         return record
+
+    def overhead(self) -> tuple[float, float]:
+        """The search's own time so far, outside the fits, wall and CPU (earlier interrupted calls included)."""
+        return (self.earlier[0] + time.perf_counter() - self.started[0] - self.fit_wall_s,
+                self.earlier[1] + time.process_time() - self.started[1] - self.fit_cpu_s)
 
     def _tick(self, record: FitRecord) -> None:
         if self.progress is None:
@@ -213,7 +223,7 @@ class _Search:
             self.progress.update(1 if self.max_fits is not None else record.seconds)
         label = "+".join(record.config) or "baseline"
         self.progress.set_postfix_str(f"{record.phase} fits {len(self.search_fits)}+{len(self.confirm_fits)}, "
-                                      f"{label} seed {record.seed} @{record.steps}", refresh=False)
+                                      f"{label} seed {record.seed} @{record.steps}", refresh=True)
 
     # --- curves ----------------------------------------------------------------------------------
 
@@ -227,6 +237,8 @@ class _Search:
                 if phase == "search" and len(self.search_fits) == 1:
                     checks.check_time_budget(self.max_seconds, record, self.lengths, len(self.search_seeds),
                                              self._unit())
+                    checks.warn_small_budget(self.max_seconds, record.seconds * sum(self.lengths) / self.lengths[0],
+                                             len(self.search_seeds), len(self.search_pool), self._unit())
             self.curves[key] = CurveResult((), seed, phase, points, "baseline", 1.0)
         return self.curves[key]
 
@@ -393,7 +405,7 @@ def _search(make_module: Callable[..., Any], make_data: Callable[[int], Any], mo
             trainer_kwargs: Mapping[str, Any] | None, clock: str, min_gain: float,
             also_confirm: Mapping[str, Sequence[Candidate | str]] | None, state_dir: str | Path | None,
             progress: bool) -> SearchResult:
-    started = time.perf_counter()
+    started = (time.perf_counter(), time.process_time())  # the probe and the checks are overhead too
     higher = checks.check_mode(mode)
     lengths = checks.check_run_lengths(run_lengths)
     search_seeds, confirm_seeds = checks.check_seeds(search_seeds, confirm_seeds)
@@ -406,6 +418,7 @@ def _search(make_module: Callable[..., Any], make_data: Callable[[int], Any], mo
     usable = checks.filter_candidates(pool, probe, lengths[0], explicit=candidates is not None)
     for name, recipe in extra.items():
         checks.filter_candidates(recipe, probe, lengths[0], explicit=True, what=f"also_confirm[{name!r}]")
+    checks.warn_small_budget(max_fits, len(lengths), len(search_seeds), len(usable), "fits")
     everything = usable + [c for recipe in extra.values() for c in recipe if c.label not in {u.label for u in usable}]
     settings = {
         "monitor": monitor, "mode": mode, "run_lengths": lengths, "search_seeds": search_seeds,
@@ -420,6 +433,7 @@ def _search(make_module: Callable[..., Any], make_data: Callable[[int], Any], mo
     search = _Search(make_module, make_data, monitor, higher, everything, lengths, search_seeds, confirm_seeds,
                      clock, tkw, max_fits, max_train_seconds, min_gain, state, bar)
     search.search_pool = [c.label for c in usable]
+    search.started = started
     stopped = False
     try:
         try:
@@ -436,11 +450,9 @@ def _search(make_module: Callable[..., Any], make_data: Callable[[int], Any], mo
     finally:
         if bar is not None:
             bar.close()
-    overhead = time.perf_counter() - started - search.fit_wall_s
-    total_overhead = state.overhead_s + overhead
-    state.overhead_s = total_overhead
+    state.overhead_s, state.overhead_cpu_s = search.overhead()
     state.save()
-    cost = _cost(search, total_overhead, max_fits, max_train_seconds)
+    cost = _cost(search, max_fits, max_train_seconds)
     recipe = [search.by_label[label] for label in incumbent]
     result = SearchResult(
         recipe=recipe, confirmed=confirmed, beats_baseline=bool(confirmed is not None and confirmed.mean > 1.0),
@@ -463,7 +475,7 @@ def _progress_bar(progress: bool, max_fits: int | None, max_seconds: float | Non
                 bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} " + unit + " trained [{elapsed}<{remaining}{postfix}]")
 
 
-def _cost(search: _Search, overhead_s: float, max_fits: int | None, max_seconds: float | None) -> dict[str, Any]:
+def _cost(search: _Search, max_fits: int | None, max_seconds: float | None) -> dict[str, Any]:
     seeds = search.search_seeds
     baseline_runs = [sum(f.seconds for f in search.search_fits if not f.config and f.seed == s) for s in seeds]
     one_baseline = statistics.mean(baseline_runs) if baseline_runs else float("nan")
@@ -471,6 +483,7 @@ def _cost(search: _Search, overhead_s: float, max_fits: int | None, max_seconds:
     confirm_s = sum(f.seconds for f in search.confirm_fits)
     trained_wall = sum(f.wall_s for f in search.state.fits)
     budget = max_seconds if max_seconds is not None else (search_s if max_fits is not None else float("nan"))
+    overhead = search.state.overhead_cpu_s if search.clock == "cpu" else search.state.overhead_s
     return {
         "clock": search.clock, "clock_means": CLOCKS[search.clock],
         "search_fits": len(search.search_fits), "confirm_fits": len(search.confirm_fits),
@@ -478,9 +491,11 @@ def _cost(search: _Search, overhead_s: float, max_fits: int | None, max_seconds:
         "baseline_run": one_baseline,  # one baseline curve: every run length, one seed
         "search_in_baseline_runs": search_s / one_baseline if one_baseline else float("nan"),
         "max_fits": max_fits, "max_train": max_seconds,
-        "overhead_s": overhead_s,
-        "overhead_fraction_of_budget": overhead_s / budget if budget and search.clock != "steps" else None,
-        "overhead_fraction_of_training_wall": overhead_s / trained_wall if trained_wall else None,
+        # The search's own time outside the fits (probe, checks, bookkeeping, state writes), all calls together.
+        "overhead_s": search.state.overhead_s, "overhead_cpu_s": search.state.overhead_cpu_s,
+        # ... as a fraction of the budget, on the budget's clock (CPU time for "cpu", wall time for "wall").
+        "overhead_fraction_of_budget": (overhead / budget if budget and search.clock != "steps" else None),
+        "overhead_fraction_of_training_wall": search.state.overhead_s / trained_wall if trained_wall else None,
         "fits_trained_now": search.trained,
         "lightning_outside_training_s": sum(f.fit_wall_s - f.wall_s for f in search.state.fits),
     }

@@ -37,7 +37,8 @@ class SearchState:
         self.path = path
         self.settings = json.loads(json.dumps(settings))  # as it reads back from disk
         self.fits: list[FitRecord] = []
-        self.overhead_s = 0.0  # the search's own time (not fits) in earlier, interrupted calls
+        self.overhead_s = 0.0  # the search's own wall time outside the fits, all calls so far
+        self.overhead_cpu_s = 0.0  # ... and its CPU time
         if path is not None and path.exists():
             data = json.loads(path.read_text())
             if data.get("version") != VERSION:
@@ -53,16 +54,17 @@ class SearchState:
                 )
             self.fits = [FitRecord(**f) for f in data["fits"]]
             self.overhead_s = float(data.get("overhead_s", 0.0))
+            self.overhead_cpu_s = float(data.get("overhead_cpu_s", 0.0))
 
     def lookup(self) -> dict[tuple[tuple[str, ...], int, int], FitRecord]:
         return {(tuple(f.config), f.seed, f.steps): f for f in self.fits}
 
-    def save(self, extra_overhead_s: float = 0.0) -> None:
+    def save(self) -> None:
         if self.path is None:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps({"version": VERSION, "settings": self.settings,
-                                   "overhead_s": self.overhead_s + extra_overhead_s,
+                                   "overhead_s": self.overhead_s, "overhead_cpu_s": self.overhead_cpu_s,
                                    "fits": [asdict(f) for f in self.fits]}, indent=1))
         os.replace(tmp, self.path)  # atomic: an interruption leaves the old or the new file, never half of one

@@ -18,6 +18,7 @@ import search_support as task
 import torch
 
 from composer_bridge.search import (
+    BudgetWarning,
     Candidate,
     CandidateWarning,
     SearchInputError,
@@ -69,6 +70,15 @@ def test_every_fit_is_a_real_deterministic_lightning_fit(searched, tmp_path) -> 
     again = search_recipe(make_module, task.make_data, state_dir=tmp_path, **KWARGS)
     assert _rows(again) == _rows(result)
     assert again.steps == result.steps
+    # One fit on its own, out of the search's order and after other random draws, repeats exactly.
+    from composer_bridge.search.candidates import Candidate as C
+    from composer_bridge.search.trial import run_fit
+
+    last = result.fits[-1]
+    torch.rand(1000)
+    quality, timer = run_fit(make_module, task.make_data, [C(a).build(last.steps) for a in last.config], last.steps,
+                             last.seed, "val/acc", "steps", {"accelerator": "cpu", "devices": 1})
+    assert (quality, timer.steps) == (last.quality, last.steps)
 
 
 def test_an_interrupted_search_resumes_where_it_stopped_and_ends_with_the_same_table(searched, tmp_path) -> None:
@@ -104,7 +114,8 @@ def test_a_state_from_other_settings_is_refused(searched) -> None:
 @pytest.mark.parametrize("budget", [{"max_fits": 12}, {"max_train_seconds": 60}])
 def test_the_budget_is_respected(tmp_path, budget) -> None:
     kwargs = {**KWARGS, "max_fits": None, **budget}
-    result = search_recipe(make_module, task.make_data, state_dir=tmp_path, **kwargs)
+    with pytest.warns(BudgetWarning, match="the first step alone needs about"):
+        result = search_recipe(make_module, task.make_data, state_dir=tmp_path, **kwargs)
     search = [f for f in result.fits if f.phase == "search"]
     if "max_fits" in budget:
         assert len(search) <= 12
@@ -223,3 +234,27 @@ def test_outputs_are_written(searched, tmp_path) -> None:
     namespace: dict = {}
     exec(Path(paths["recipe.py"]).read_text(), namespace)  # the code runs and builds the recipe
     assert [type(a).__name__ for a in namespace["algorithms"]] == ["LabelSmoothing"]
+
+
+def test_the_docstring_examples_run() -> None:
+    import doctest
+    import importlib
+
+    for name in ("scoring", "candidates", "checks", "report", "state", "trial", "__main__"):
+        module = importlib.import_module(f"composer_bridge.search.{name}")
+        assert doctest.testmod(module, optionflags=doctest.ELLIPSIS).failed == 0, name
+    import composer_bridge.data
+
+    assert doctest.testmod(composer_bridge.data).failed == 0
+
+
+def test_the_example_runs_a_quick_search_and_logs_the_table_to_wandb_offline(tmp_path, capsys) -> None:
+    from support import load_script
+
+    example = load_script("examples/search.py", "search_example_under_test")
+    result = example.main(["--quick", "--no-progress", "--out", str(tmp_path), "--confirm-seeds", "1000", "1001"])
+    assert "published mild" in capsys.readouterr().out and (tmp_path / "pareto.png").exists()
+    assert json.loads((tmp_path / "search.json").read_text())["settings"]["run_lengths"] == [2, 4]
+    assert set(result.also_confirmed) == {"published mild"}
+    runs = list((tmp_path / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert len(runs) == 1 and runs[0].stat().st_size > 0  # a real W&B offline run, written by wandb itself
