@@ -195,7 +195,7 @@ class _Search:
         if record is None:
             algorithms = [self.by_label[label].build(steps) for label in config]
             started = time.perf_counter(), time.process_time()
-            quality, timer = run_fit(self.make_module, self.make_data, algorithms, steps, seed, self.monitor,
+            quality, timer, _ = run_fit(self.make_module, self.make_data, algorithms, steps, seed, self.monitor,
                                      self.clock, self.trainer_kwargs)
             fit_wall = time.perf_counter() - started[0]
             self.fit_wall_s += fit_wall

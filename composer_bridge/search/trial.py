@@ -114,8 +114,8 @@ def trainer_for(steps: int, trainer_kwargs: dict[str, Any], callbacks: Sequence[
 
 
 def run_fit(make_module: Callable[..., Any], make_data: Callable[..., Any], algorithms: list[Any], steps: int,
-            seed: int, monitor: str, clock: str, trainer_kwargs: dict[str, Any]) -> tuple[float, TrainingClock]:
-    """Train a fresh module for ``steps`` steps with ``algorithms`` on ``seed``; return ``(quality, clock)``."""
+            seed: int, monitor: str, clock: str, trainer_kwargs: dict[str, Any]) -> tuple[float, TrainingClock, Any]:
+    """Train a fresh module for ``steps`` steps with ``algorithms`` on ``seed``; return ``(quality, clock, module)``."""
     L.seed_everything(seed, verbose=False)
     module = build_module(make_module, steps)
     train, val = load_data(make_data, seed)
@@ -128,4 +128,4 @@ def run_fit(make_module: Callable[..., Any], make_data: Callable[..., Any], algo
     metrics = trainer.validate(module, dataloaders=val, verbose=False)[0]
     if monitor not in metrics:
         raise KeyError(f"monitor={monitor!r} was not logged by validation; it logged {sorted(metrics)}.")
-    return float(metrics[monitor]), timer
+    return float(metrics[monitor]), timer, module
