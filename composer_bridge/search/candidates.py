@@ -168,8 +168,8 @@ def from_recipe(name: str, prefix: str | None = None, **fill: Any) -> list[Candi
     recipe's placeholders (``max_seq_length=128``).
 
     Example:
-        >>> [c.label for c in from_recipe("short")]
-        ['short:BlurPool', 'short:ChannelsLast', 'short:LabelSmoothing']
+        >>> print(", ".join(c.label for c in from_recipe("short")))
+        short:BlurPool, short:ChannelsLast, short:LabelSmoothing
     """
     table = {**recipes.VISION_RECIPES, **recipes.LANGUAGE_RECIPES}
     if name not in table:

@@ -183,7 +183,7 @@ def filter_candidates(candidates: list[Candidate], found: Probe, steps: int, exp
         raise SearchInputError(f"{what}: {sorted(bad)} cannot apply to this model or data ({lines}). "
                                "Remove them from the list.")
     if bad:
-        warnings.warn(CandidateWarning("left out of the search, they cannot apply: " +
+        warnings.warn(CandidateWarning(f"{what}: left out, they cannot apply: " +
                                        "; ".join(f"{label} ({why})" for label, why in bad.items())), stacklevel=3)
     usable = [c for c in candidates if c.label not in bad]
     if not usable:

@@ -82,6 +82,9 @@ def recipe_code(recipe: Sequence[Candidate], total_steps: int) -> str:
     lines = ["from composer_bridge import AlgorithmEngineCallback"]
     if classes:
         lines.append(f"from composer_bridge.algorithms import {', '.join(classes)}")
+    if not recipe:
+        return "\n".join([*lines, "", "# composer_bridge.search found no algorithm that beats the baseline on this task.",
+                          "algorithms = []"])
     lines += ["", f"# Found by composer_bridge.search; arguments counted in steps are scaled to a {total_steps}-step run.",
               "algorithms = ["]
     lines += [f"    {c.algorithm}({_kwargs_text(c.scaled_kwargs(total_steps))})," for c in recipe]

@@ -416,8 +416,9 @@ def _search(make_module: Callable[..., Any], make_data: Callable[[int], Any], mo
     extra = {name: as_candidates(list(recipe)) for name, recipe in (also_confirm or {}).items()}
     probe = checks.probe(make_module, make_data, monitor, lengths[0], search_seeds[0], tkw)
     usable = checks.filter_candidates(pool, probe, lengths[0], explicit=candidates is not None)
-    for name, recipe in extra.items():
-        checks.filter_candidates(recipe, probe, lengths[0], explicit=True, what=f"also_confirm[{name!r}]")
+    # A published recipe is confirmed as it can run here: parts that cannot apply are left out, with a warning.
+    extra = {name: checks.filter_candidates(recipe, probe, lengths[0], explicit=False, what=f"also_confirm[{name!r}]")
+             for name, recipe in extra.items()}
     checks.warn_small_budget(max_fits, len(lengths), len(search_seeds), len(usable), "fits")
     everything = usable + [c for recipe in extra.values() for c in recipe if c.label not in {u.label for u in usable}]
     settings = {
