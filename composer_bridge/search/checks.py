@@ -133,6 +133,19 @@ def warn_small_budget(budget: float | None, curve_cost: float, n_seeds: int, n_c
             "or pass fewer candidates."), stacklevel=4)
 
 
+def check_same_labels(candidates: list[Candidate], also_confirm: Mapping[str, list[Candidate]]) -> None:
+    """One label, one algorithm: a label in ``also_confirm`` that names a candidate must mean the same one."""
+    known = {c.label: c for c in candidates}
+    for name, recipe in also_confirm.items():
+        for c in recipe:
+            other = known.setdefault(c.label, c)
+            if (other.algorithm, dict(other.kwargs)) != (c.algorithm, dict(c.kwargs)):
+                raise SearchInputError(
+                    f"also_confirm[{name!r}]: the label {c.label!r} means {c.algorithm}({dict(c.kwargs)}) there and "
+                    f"{other.algorithm}({dict(other.kwargs)}) elsewhere in the search. Give one of them another "
+                    "name= (from_recipe prefixes its labels with the recipe's name).")
+
+
 @dataclass
 class Probe:
     """What a validation-only look at the module and data found."""

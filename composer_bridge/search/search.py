@@ -419,6 +419,7 @@ def _search(make_module: Callable[..., Any], make_data: Callable[[int], Any], mo
     # A published recipe is confirmed as it can run here: parts that cannot apply are left out, with a warning.
     extra = {name: checks.filter_candidates(recipe, probe, lengths[0], explicit=False, what=f"also_confirm[{name!r}]")
              for name, recipe in extra.items()}
+    checks.check_same_labels(pool, extra)
     checks.warn_small_budget(max_fits, len(lengths), len(search_seeds), len(usable), "fits")
     everything = usable + [c for recipe in extra.values() for c in recipe if c.label not in {u.label for u in usable}]
     settings = {

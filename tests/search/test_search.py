@@ -195,6 +195,8 @@ def test_confirmation_seeds_shared_with_search_seeds_and_owned_trainer_arguments
     _refused(r"confirm_seeds=\[1, 10\] shares \[1\] with search_seeds", confirm_seeds=[1, 10])
     _refused(r"trainer_kwargs sets \['max_steps'\]", trainer_kwargs={"max_steps": 5})
     _refused("mode='maximise'", mode="maximise")
+    _refused("the label 'LabelSmoothing' means", also_confirm={"mine": [Candidate("LabelSmoothing", {"smoothing": 0.3})]},
+             candidates=["LabelSmoothing"])
     _refused("run_lengths=", run_lengths=[4])
 
 
