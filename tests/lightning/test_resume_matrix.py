@@ -1,0 +1,59 @@
+"""Exact resumption from every checkpoint point Lightning offers, for every random algorithm (single process).
+
+The oracle is Lightning itself: at each point, plain Lightning (no bridge) resumed with
+``fit(ckpt_path=...)`` either ends bit-identical to the uninterrupted run or it does not. Where it
+does, every random algorithm must too: weights, optimizer state and the bridge's state
+(``torch.equal``). Where it does not (a mid-epoch checkpoint with a loader Lightning cannot
+resume), the bridge must add no difference of its own: the resumed run with the bridge listening
+to every event (and drawing nothing) ends exactly where plain Lightning's resumed run ends.
+docs/checkpoints.md's table is this file's outcome.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from resume_points import POINTS, RANDOM_ALGORITHMS, differences, lightning_api, resume
+
+#: points where plain Lightning itself does not resume exactly, and why
+NOT_EXACT_IN_LIGHTNING = {
+    "every_n_train_steps, mid-epoch, plain DataLoader":
+        "the loader restarts at the epoch's first batch while the loop continues from the checkpoint's step",
+    "OnExceptionCheckpoint after an interruption":
+        "the batch in flight when the exception was raised is skipped: the resumable loader had handed it out",
+}
+EXACT = [name for name in POINTS if name not in NOT_EXACT_IN_LIGHTNING]
+
+
+@pytest.fixture
+def api() -> SimpleNamespace:
+    """The Lightning package under test (a parametrised fixture once pytorch_lightning is wired in)."""
+    return lightning_api("lightning")
+
+
+@pytest.mark.parametrize("point", list(POINTS))
+def test_plain_lightning_resumes_exactly_where_the_table_says(point: str, api: SimpleNamespace, tmp_path: Path) -> None:
+    full, resumed = resume(api, "plain", POINTS[point], tmp_path)
+    if point in NOT_EXACT_IN_LIGHTNING:
+        assert differences(full, resumed), f"plain Lightning now resumes {point!r} exactly: update the table"
+    else:
+        assert differences(full, resumed) == []
+
+
+@pytest.mark.parametrize("point", list(POINTS))
+def test_the_bridge_adds_no_difference_of_its_own(point: str, api: SimpleNamespace, tmp_path: Path) -> None:
+    """The bridge hearing every event and drawing nothing resumes to exactly where plain Lightning resumes to."""
+    plain = resume(api, "plain", POINTS[point], tmp_path / "plain")[1]
+    listening = resume(api, "listen", POINTS[point], tmp_path / "listen")[1]
+    listening.bridge = None
+    assert differences(plain, listening) == []
+
+
+@pytest.mark.parametrize("algorithm", ["listen", *RANDOM_ALGORITHMS])
+@pytest.mark.parametrize("point", EXACT)
+def test_every_random_algorithm_resumes_exactly(point: str, algorithm: str, api: SimpleNamespace, tmp_path: Path) -> None:
+    """Weights, optimizer state and the bridge's state (timestamp, every algorithm's state) all bit-identical."""
+    full, resumed = resume(api, algorithm, POINTS[point], tmp_path)
+    assert differences(full, resumed) == []
