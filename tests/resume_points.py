@@ -71,6 +71,8 @@ RANDOM_ALGORITHMS: dict[str, Callable[[], Algorithm]] = {
     "AugMix": lambda: library.AugMix(),
     "ProgressiveResizing": lambda: library.ProgressiveResizing(
         mode="crop", initial_scale=0.5, delay_fraction=0.0, finetune_fraction=0.2),
+    "StochasticDepth": lambda: library.StochasticDepth(drop_rate=0.5),
+    "GyroDropout": lambda: library.GyroDropout(sigma=8, tau=2),  # on a model with an nn.Dropout (see fit)
 }
 #: ``"plain"``: no bridge at all (Lightning alone, the oracle); ``"listen"``: the bridge with no random work
 ALGORITHMS: dict[str, Callable[[], Algorithm] | None] = {"plain": None, "listen": Listen, **RANDOM_ALGORITHMS}
@@ -119,7 +121,8 @@ class Point:
     ``callbacks(api, helpers, directory)`` gives the writing run's extra callbacks; ``interrupts``
     says the writing run is cut short (it is then not the uninterrupted run: that one runs with
     the same Trainer settings and no extra callbacks); ``after_fit`` saves with
-    ``trainer.save_checkpoint`` once the writing run's ``fit`` returned.
+    ``trainer.save_checkpoint`` once the writing run's ``fit`` returned; ``before_bridge`` lists the
+    extra callbacks before the bridge (Lightning calls callbacks in list order, checkpoint callbacks last).
     """
 
     name: str
@@ -129,6 +132,7 @@ class Point:
     resumable_loader: bool = True
     interrupts: bool = False
     after_fit: bool = False
+    before_bridge: bool = False
     trainer: dict[str, Any] = field(default_factory=dict)
 
 
@@ -161,6 +165,9 @@ POINTS: dict[str, Point] = {p.name: p for p in [
           lambda api, h, d: [_mc(api, d, train_time_interval=datetime.timedelta(microseconds=1))], "step=3.ckpt"),
     Point("trainer.save_checkpoint from on_train_batch_end",
           lambda api, h, d: [h.SaveAtStep(STEPS_PER_EPOCH, d / "step=3.ckpt")], "step=3.ckpt"),
+    # the same, from a callback listed before the bridge: its on_train_batch_end runs before the bridge's
+    Point("trainer.save_checkpoint from on_train_batch_end, callback listed first",
+          lambda api, h, d: [h.SaveAtStep(STEPS_PER_EPOCH, d / "step=3.ckpt")], "step=3.ckpt", before_bridge=True),
     Point("trainer.save_checkpoint after fit (stopped at an epoch's end)",
           lambda api, h, d: [h.StopAfterEpoch(0)], "after_fit.ckpt", interrupts=True, after_fit=True),
     # an exception before step 5: OnExceptionCheckpoint saves at step 4, mid-epoch 1
@@ -213,7 +220,12 @@ def fit(api: SimpleNamespace, algorithm: str, point: Point, directory: Path, *, 
     options.update(point.trainer)
     options.update(trainer or {})
     model = tiny_classifier()
-    run = api.Trainer(callbacks=[c for c in (bridge, *extra) if c is not None], **options)
+    if algorithm == "GyroDropout":  # it replaces nn.Dropout layers; the CNN has none
+        model.module.fc = torch.nn.Sequential(torch.nn.Dropout(0.5), model.module.fc)
+    listed = [c for c in (bridge, *extra) if c is not None]
+    if point.before_bridge and bridge is not None:
+        listed = [*extra, bridge]
+    run = api.Trainer(callbacks=listed, **options)
     try:
         run.fit(model, train, val, ckpt_path=resume_from)
     except Interrupted:

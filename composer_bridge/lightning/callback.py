@@ -221,7 +221,6 @@ class AlgorithmEngineCallback(L.Callback):
         heard at once; an algorithm or engine callback added during a run, from the next step on.
         """
         listening = self.engine is not None and self.engine.has_listeners()
-        self._clock.timing = listening  # only a listener can read the wall-clock (see StepClock)
         if listening and self._hooks is not None and self._trainer is not None:
             self._hooks.install_events(self._trainer)
         if listening is not self.listening:
@@ -401,9 +400,13 @@ class AlgorithmEngineCallback(L.Callback):
         self._clock.start_fit(self._global_step())
         if state.timestamp.batch.value == 0 and state.timestamp.epoch.value == 0:
             self._fire("on_train_start")
+        if self._clock.epoch_left_open(state, trainer.current_epoch):  # resumed from an epoch's last batch
+            self.on_train_epoch_end(trainer, pl_module)
+            self.on_train_epoch_start(trainer, pl_module)
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._clock.start_epoch()
+        if not self._clock.start_epoch(trainer.current_epoch):
+            return
         if self.state is not None:
             self.state.microbatch_index = 0
         self._refresh_listening()

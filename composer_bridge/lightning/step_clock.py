@@ -32,14 +32,7 @@ __all__ = ["StepClock"]
 
 
 class StepClock:
-    """Micro-batch, sample and wall-clock bookkeeping for one training loop.
-
-    The wall-clock (``time.perf_counter``) is read only while :attr:`timing` is on: the bridge
-    turns it on while anything listens (an algorithm, an engine callback or a handler may read
-    ``state.timestamp``'s ``*_wct``), so an idle bridge never reads the clock and leaves those
-    fields at zero. While timing, it reads the clock once per optimizer step, at each epoch's
-    start, and twice around each evaluation inside an epoch.
-    """
+    """Micro-batch, sample and wall-clock bookkeeping for one training loop."""
 
     def __init__(self) -> None:
         #: micro-batches finished in the current optimizer step
@@ -48,20 +41,51 @@ class StepClock:
         #: the samples the data hook saw for the micro-batch in flight (``None``: not seen)
         self.loaded_samples: int | None = None
         self._global_step = 0
-        #: whether to read the wall-clock; a step that starts while it is off counts no seconds
-        self.timing = True
-        self._batch_started_at: float | None = None
-        self._eval_started_at: float | None = None
+        self._batch_started_at = 0.0
+        self._eval_started_at = 0.0
+        #: the Lightning epoch whose EPOCH_START fired last (``None``: none in this fit yet)
+        self.started_epoch: int | None = None
 
     def start_fit(self, global_step: int) -> None:
         """The loop (re)starts at Lightning's ``global_step`` (restored when resuming)."""
         self._global_step = int(global_step)
+        self.started_epoch = None
         self.reset_step()
 
-    def start_epoch(self) -> None:
-        """A new epoch: the step in flight (if any) is dropped and the wall-clock restarts."""
+    def start_epoch(self, epoch: int) -> bool:
+        """Lightning's ``epoch`` starts: drop the step in flight and restart the wall-clock.
+
+        Returns ``False`` when the epoch has started already in this fit (see :meth:`epoch_left_open`):
+        its EPOCH_START must not fire twice.
+        """
+        if self.started_epoch == epoch:
+            return False
+        self.started_epoch = epoch
         self.reset_step()
-        self._batch_started_at = time.perf_counter() if self.timing else None
+        self._batch_started_at = time.perf_counter()
+        return True
+
+    @staticmethod
+    def epoch_left_open(state: State, loop_epoch: int) -> bool:
+        """Whether a resumed loop starts in the epoch after the one the restored timestamp is still in.
+
+        A checkpoint written at the last batch of an epoch (``ModelCheckpoint(every_n_train_steps=N)``
+        there, ``train_time_interval``, ``trainer.save_checkpoint`` from ``on_train_batch_end``) holds
+        the timestamp *before* that epoch's end advanced it. Resuming from it, Lightning goes straight
+        to the next epoch and calls neither ``on_train_epoch_end`` for the checkpoint's epoch nor
+        ``on_train_epoch_start`` for the next. The uninterrupted run fired EPOCH_END (its timestamp
+        moved to the next epoch, which every random draw is keyed on) and then EPOCH_START: the
+        resumed run must fire them too, before its first batch.
+
+        Example:
+            >>> import torch
+            >>> state = State(torch.nn.Linear(1, 1))
+            >>> state.count_batch(samples=4, seconds=0.0)  # epoch 0 ran a batch; its end did not fire
+            >>> StepClock.epoch_left_open(state, loop_epoch=1), StepClock.epoch_left_open(state, loop_epoch=0)
+            (True, False)
+        """
+        timestamp = state.timestamp
+        return int(loop_epoch) == int(timestamp.epoch.value) + 1 and int(timestamp.batch_in_epoch.value) > 0
 
     def reset_step(self) -> None:
         self.micro = 0
@@ -86,24 +110,16 @@ class StepClock:
         self._global_step = int(global_step)
         # As in Composer, a batch's wall-clock runs from the end of the previous one (data loading
         # in, evaluation out: see start_eval/end_eval).
-        seconds = 0.0
-        if self.timing:
-            now = time.perf_counter()
-            if self._batch_started_at is not None:
-                seconds = now - self._batch_started_at
-            self._batch_started_at = now
-        else:
-            self._batch_started_at = None
-        state.count_batch(self._samples, seconds, batches=steps)
+        now = time.perf_counter()
+        state.count_batch(self._samples, now - self._batch_started_at, batches=steps)
+        self._batch_started_at = now
         self.reset_step()
         state.microbatch_index = 0
         return steps
 
     def start_eval(self) -> None:
-        self._eval_started_at = time.perf_counter() if self.timing and self._batch_started_at is not None else None
+        self._eval_started_at = time.perf_counter()
 
     def end_eval(self) -> None:
         """Evaluation inside a step's wall-clock window is not batch time."""
-        if self._eval_started_at is not None and self._batch_started_at is not None:
-            self._batch_started_at += time.perf_counter() - self._eval_started_at
-        self._eval_started_at = None
+        self._batch_started_at += time.perf_counter() - self._eval_started_at
