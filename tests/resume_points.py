@@ -27,7 +27,7 @@ from support import ResumableLoader, image_dataset, tiny_classifier
 from torch.utils.data import DataLoader
 
 import composer_bridge.algorithms as library
-from composer_bridge import AlgorithmEngineCallback, Algorithm
+from composer_bridge import Algorithm, AlgorithmEngineCallback
 
 STEPS_PER_EPOCH = 3
 EPOCHS = 3
@@ -267,5 +267,5 @@ def _state_differences(a: Any, b: Any, where: str) -> list[str]:
     if isinstance(a, (list, tuple)):
         if not isinstance(b, (list, tuple)) or len(a) != len(b):
             return [f"{where} (length)"]
-        return [d for i, (x, y) in enumerate(zip(a, b)) for d in _state_differences(x, y, f"{where}[{i}]")]
+        return [d for i, (x, y) in enumerate(zip(a, b, strict=True)) for d in _state_differences(x, y, f"{where}[{i}]")]
     return [] if a == b else [f"{where}: {a!r} != {b!r}"]

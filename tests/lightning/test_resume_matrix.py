@@ -11,6 +11,7 @@ docs/checkpoints.md's table is this file's outcome.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -24,7 +25,13 @@ NOT_EXACT_IN_LIGHTNING = {
     "OnExceptionCheckpoint after an interruption":
         "the batch in flight when the exception was raised is skipped: the resumable loader had handed it out",
 }
-EXACT = [name for name in POINTS if name not in NOT_EXACT_IN_LIGHTNING]
+#: points where Lightning resumes exactly but the bridge cannot, and warns when the checkpoint is written
+WARNED = {
+    "trainer.save_checkpoint from on_train_batch_end, callback listed first":
+        "the callback saves before the bridge counted the step: the resumed run is one step behind",
+}
+EXACT = [name for name in POINTS if name not in NOT_EXACT_IN_LIGHTNING and name not in WARNED]
+OPEN_STEP = "one step behind"
 
 
 @pytest.fixture
@@ -55,5 +62,16 @@ def test_the_bridge_adds_no_difference_of_its_own(point: str, api: SimpleNamespa
 @pytest.mark.parametrize("point", EXACT)
 def test_every_random_algorithm_resumes_exactly(point: str, algorithm: str, api: SimpleNamespace, tmp_path: Path) -> None:
     """Weights, optimizer state and the bridge's state (timestamp, every algorithm's state) all bit-identical."""
-    full, resumed = resume(api, algorithm, POINTS[point], tmp_path)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        full, resumed = resume(api, algorithm, POINTS[point], tmp_path)
+    assert not [w for w in caught if OPEN_STEP in str(w.message)]
     assert differences(full, resumed) == []
+
+
+@pytest.mark.parametrize("point", list(WARNED))
+def test_a_checkpoint_written_before_the_bridge_counted_the_step_warns(point: str, api: SimpleNamespace,
+                                                                      tmp_path: Path) -> None:
+    with pytest.warns(UserWarning, match=OPEN_STEP):
+        full, resumed = resume(api, "CutOut", POINTS[point], tmp_path)
+    assert "bridge.timestamp.batch: 9 != 8" in differences(full, resumed)
