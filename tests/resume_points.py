@@ -240,13 +240,14 @@ def fit(api: SimpleNamespace, algorithm: str, point: Point, directory: Path, *, 
     )
 
 
-def resume(api: SimpleNamespace, algorithm: str, point: Point, directory: Path) -> tuple[Outcome, Outcome]:
-    """``(uninterrupted run, run resumed from point's checkpoint)`` for ``algorithm``."""
-    written = fit(api, algorithm, point, directory, write=True)
-    full = fit(api, algorithm, point, directory) if point.interrupts else written
+def resume(api: SimpleNamespace, algorithm: str, point: Point, directory: Path,
+           trainer: dict[str, Any] | None = None) -> tuple[Outcome, Outcome]:
+    """``(uninterrupted run, run resumed from point's checkpoint)`` for ``algorithm``; ``trainer``: extra Trainer settings."""
+    written = fit(api, algorithm, point, directory, write=True, trainer=trainer)
+    full = fit(api, algorithm, point, directory, trainer=trainer) if point.interrupts else written
     checkpoint = directory / point.checkpoint
     assert checkpoint.exists(), f"{point.name} wrote no {point.checkpoint}: {sorted(p.name for p in directory.iterdir())}"
-    return full, fit(api, algorithm, point, directory, resume_from=checkpoint)
+    return full, fit(api, algorithm, point, directory, resume_from=checkpoint, trainer=trainer)
 
 
 def differences(a: Outcome, b: Outcome) -> list[str]:
