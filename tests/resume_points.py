@@ -190,9 +190,11 @@ class Outcome:
     bridge: dict[str, Any] | None
 
 
-#: Timestamp fields that are wall-clock (never equal between two runs) or count ``fit`` calls
-_NOT_COMPARED = {"total_wct", "iteration_wct", "epoch_wct", "batch_wct", "iteration", "epoch_in_iteration",
-                 "token_in_iteration"}
+#: Timestamp fields that are wall-clock: never equal between two runs
+_NOT_COMPARED = {"total_wct", "iteration_wct", "epoch_wct", "batch_wct"}
+#: Timestamp fields that count ``fit`` calls: a checkpoint written after ``fit`` returned holds that
+#: fit's end (ITERATION_END moved the iteration on), and the resumed ``fit`` is another iteration
+_PER_FIT = {"iteration", "epoch_in_iteration", "token_in_iteration"}
 
 
 def _bridge_state(callback: AlgorithmEngineCallback) -> dict[str, Any]:
@@ -247,7 +249,12 @@ def resume(api: SimpleNamespace, algorithm: str, point: Point, directory: Path,
     full = fit(api, algorithm, point, directory, trainer=trainer) if point.interrupts else written
     checkpoint = directory / point.checkpoint
     assert checkpoint.exists(), f"{point.name} wrote no {point.checkpoint}: {sorted(p.name for p in directory.iterdir())}"
-    return full, fit(api, algorithm, point, directory, resume_from=checkpoint, trainer=trainer)
+    resumed = fit(api, algorithm, point, directory, resume_from=checkpoint, trainer=trainer)
+    if point.after_fit:
+        for outcome in (full, resumed):
+            if outcome.bridge is not None:
+                outcome.bridge["timestamp"] = {k: v for k, v in outcome.bridge["timestamp"].items() if k not in _PER_FIT}
+    return full, resumed
 
 
 def differences(a: Outcome, b: Outcome) -> list[str]:
