@@ -16,7 +16,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from resume_points import POINTS, RANDOM_ALGORITHMS, differences, lightning_api, resume
+from resume_points import POINTS, RANDOM_ALGORITHMS, Point, differences, fit, lightning_api, resume
 
 #: points where plain Lightning itself does not resume exactly, and why
 NOT_EXACT_IN_LIGHTNING = {
@@ -75,3 +75,13 @@ def test_a_checkpoint_written_before_the_bridge_counted_the_step_warns(point: st
     with pytest.warns(UserWarning, match=OPEN_STEP):
         full, resumed = resume(api, "CutOut", POINTS[point], tmp_path)
     assert "bridge.timestamp.batch: 9 != 8" in differences(full, resumed)
+
+
+def test_save_on_train_epoch_end_false_without_validation_writes_no_checkpoint(api: SimpleNamespace,
+                                                                               tmp_path: Path) -> None:
+    """The table's note: with no validation loop, ``on_validation_end`` never runs, so this setting saves nothing."""
+    point = Point("every_n_epochs, no validation, save_on_train_epoch_end=False",
+                  lambda api, h, d: [api.ModelCheckpoint(dirpath=d, every_n_epochs=1, save_on_train_epoch_end=False)],
+                  "none")
+    fit(api, "CutOut", point, tmp_path, write=True)
+    assert not list(tmp_path.glob("*.ckpt"))
