@@ -133,6 +133,7 @@ class Point:
     interrupts: bool = False
     after_fit: bool = False
     before_bridge: bool = False
+    epoch_scheduler: bool = False
     trainer: dict[str, Any] = field(default_factory=dict)
 
 
@@ -146,6 +147,12 @@ POINTS: dict[str, Point] = {p.name: p for p in [
           lambda api, h, d: [_mc(api, d, every_n_train_steps=STEPS_PER_EPOCH)], "step=3.ckpt"),
     Point("every_n_train_steps, epoch's last batch, with validation",
           lambda api, h, d: [_mc(api, d, every_n_train_steps=STEPS_PER_EPOCH)], "step=3.ckpt", validation=True),
+    Point("every_n_train_steps, epoch's last batch, gradient accumulation",
+          lambda api, h, d: [_mc(api, d, every_n_train_steps=2)], "step=2.ckpt", trainer={"accumulate_grad_batches": 2}),
+    Point("every_n_train_steps, epoch's last batch, epoch-interval LR scheduler",
+          lambda api, h, d: [_mc(api, d, every_n_train_steps=STEPS_PER_EPOCH)], "step=3.ckpt", epoch_scheduler=True),
+    Point("every_n_epochs, no validation, epoch-interval LR scheduler",
+          lambda api, h, d: [_mc(api, d, every_n_epochs=1)], "step=3.ckpt", epoch_scheduler=True),
     Point("every_n_train_steps, mid-epoch, resumable loader",
           lambda api, h, d: [_mc(api, d, every_n_train_steps=5)], "step=5.ckpt"),
     Point("every_n_train_steps, mid-epoch, plain DataLoader",
@@ -224,6 +231,8 @@ def fit(api: SimpleNamespace, algorithm: str, point: Point, directory: Path, *, 
     model = tiny_classifier()
     if algorithm == "GyroDropout":  # it replaces nn.Dropout layers; the CNN has none
         model.module.fc = torch.nn.Sequential(torch.nn.Dropout(0.5), model.module.fc)
+    if point.epoch_scheduler:
+        model.configure_optimizers = lambda: _halve_lr_every_epoch(model)  # type: ignore[method-assign]
     listed = [c for c in (bridge, *extra) if c is not None]
     if point.before_bridge and bridge is not None:
         listed = [*extra, bridge]
@@ -240,6 +249,12 @@ def fit(api: SimpleNamespace, algorithm: str, point: Point, directory: Path, *, 
         optimizer=run.optimizers[0].state_dict(),
         bridge=_bridge_state(bridge) if bridge is not None else None,
     )
+
+
+def _halve_lr_every_epoch(model: torch.nn.Module) -> dict[str, Any]:
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+    return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "epoch"}}
 
 
 def resume(api: SimpleNamespace, algorithm: str, point: Point, directory: Path,
