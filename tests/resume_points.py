@@ -36,14 +36,15 @@ SEED = 3
 
 
 def lightning_api(package: str = "lightning") -> SimpleNamespace:
-    """The Lightning classes the matrix uses, from one package (``"lightning"`` for now)."""
-    if package != "lightning":
-        raise ValueError(f"lightning_api({package!r}): only 'lightning' is wired in yet.")
-    import lightning as L
-    from lightning.pytorch.callbacks import ModelCheckpoint, OnExceptionCheckpoint
+    """The Lightning classes the matrix uses, all from one package: ``"lightning"`` or ``"pytorch_lightning"``."""
+    import importlib
 
-    return SimpleNamespace(Trainer=L.Trainer, Callback=L.Callback, ModelCheckpoint=ModelCheckpoint,
-                           OnExceptionCheckpoint=OnExceptionCheckpoint)
+    if package not in ("lightning", "pytorch_lightning"):
+        raise ValueError(f"lightning_api({package!r}): expected 'lightning' or 'pytorch_lightning'.")
+    root = importlib.import_module("lightning.pytorch" if package == "lightning" else "pytorch_lightning")
+    callbacks = importlib.import_module(f"{root.__name__}.callbacks")
+    return SimpleNamespace(Trainer=root.Trainer, Callback=root.Callback, ModelCheckpoint=callbacks.ModelCheckpoint,
+                           OnExceptionCheckpoint=callbacks.OnExceptionCheckpoint)
 
 
 class Interrupted(RuntimeError):
