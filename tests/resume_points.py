@@ -16,6 +16,7 @@ an epoch's last batch and step 5 is in the middle of epoch 1.
 from __future__ import annotations
 
 import datetime
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -222,7 +223,8 @@ def fit(api: SimpleNamespace, algorithm: str, point: Point, directory: Path, *, 
     train = ResumableLoader(data, BATCH) if point.resumable_loader else DataLoader(data, batch_size=BATCH)
     val = DataLoader(image_dataset(n=BATCH, size=(8, 8), seed=1), batch_size=BATCH) if point.validation else None
     options: dict[str, Any] = dict(
-        accelerator="cpu", devices=1, logger=False, enable_progress_bar=False, enable_model_summary=False,
+        # COMPOSER_BRIDGE_TEST_ACCELERATOR=gpu runs the matrix on a GPU (as support.quiet_trainer does)
+        accelerator=os.environ.get("COMPOSER_BRIDGE_TEST_ACCELERATOR", "cpu"), devices=1, logger=False, enable_progress_bar=False, enable_model_summary=False,
         num_sanity_val_steps=0, max_epochs=EPOCHS, enable_checkpointing=any(
             isinstance(c, (api.ModelCheckpoint, api.OnExceptionCheckpoint)) for c in extra),
         limit_val_batches=1 if point.validation else 0,

@@ -24,7 +24,7 @@ api = lightning_api("lightning")
 point = POINTS["every_n_train_steps, epoch's last batch"]
 out = {{}}
 for algorithm in {ALGORITHMS!r}:
-    full, resumed = resume(api, algorithm, point, Path(algorithm), trainer=dict(strategy="ddp", devices=2))
+    full, resumed = resume(api, algorithm, point, Path(algorithm), trainer=dict(strategy="ddp", devices=2, accelerator="cpu"))
     out[algorithm] = {{"differences": differences(full, resumed), "weights": resumed.weights,
                       "steps": None if resumed.bridge is None else resumed.bridge["timestamp"]["batch"]}}
 torch.save(out, f"rank{{torch.distributed.get_rank()}}.pt")
