@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from composer_bridge.algorithms._sharding import sharding_kind
 from composer_bridge.core.algorithm import Algorithm
 from composer_bridge.core.event import Event
 
@@ -159,6 +160,7 @@ def replace_modules(
             "Surgery cannot change a model already wrapped in DistributedDataParallel: DDP has registered its "
             "parameters. Apply it to model.module before wrapping (the bridge does this at Event.INIT)."
         )
+    check_not_sharded(model, "replace_modules")
     _check_policies(policies)
     opts = as_optimizer_list(optimizers)
     counters: dict[Any, int] = {}
@@ -227,6 +229,22 @@ def replace_modules(
     return done
 
 
+def check_not_sharded(model: nn.Module, who: str) -> None:
+    """Refuse surgery on a model FSDP2 already sharded (``fully_shard``: ``FSDPModule``s, ``DTensor`` parameters).
+
+    A replaced module would hold ordinary parameters that FSDP never gathers or reduces, and the
+    modules it replaces would keep their shards: training would silently diverge between ranks.
+    """
+    kind = sharding_kind(model)
+    if kind is not None:
+        raise RuntimeError(
+            f"{who} cannot change the model: it is already sharded ({kind}). Surgery must run before sharding: "
+            "with Lightning's ModelParallelStrategy, apply fully_shard in LightningModule.configure_model (the "
+            "bridge runs surgery at Event.INIT, in Callback.setup, before configure_model), not in __init__ or "
+            "before fit; or apply the surgery yourself before fully_shard."
+        )
+
+
 def _position(param: torch.Tensor, opts: list[torch.optim.Optimizer]) -> tuple[int, int] | None:
     for i, opt in enumerate(opts):
         for j, group in enumerate(opt.param_groups):
@@ -289,16 +307,17 @@ def disable_fused_transformer_paths(model: nn.Module) -> None:
             module.use_nested_tensor = False
 
 
-def warn_no_effect(algorithm: str, looked_for: str, stacklevel: int = 3) -> None:
-    """Warn that ``algorithm`` changed nothing, naming what it looked for.
+def warn_no_effect(algorithm: str, looked_for: str, stacklevel: int = 3, fix: str = "") -> None:
+    """Warn that ``algorithm`` changed nothing, naming what it looked for (and ``fix``, what to do, if given).
 
     The warning points at the caller of the function that calls this one (raise ``stacklevel`` by one
     for each further level of library code in between).
     """
+    advice = fix or f"Check the model (or {algorithm}'s thresholds) if you expected it to change."
     warnings.warn(
         NoEffectWarning(
             f"{algorithm} replaced no module: the model has no {looked_for}, or {algorithm} was already applied. "
-            f"Check the model (or {algorithm}'s thresholds) if you expected it to change."
+            f"{advice}"
         ),
         stacklevel=stacklevel,
     )
@@ -340,6 +359,7 @@ class SurgeryAlgorithm(Algorithm):
         return {self.replaced_hparam_key: replaced} if self.replaced_hparam_key else {}
 
     def apply(self, event: Event, state: State, logger: Logger) -> None:
+        check_not_sharded(state.model, type(self).__name__)
         replaced = self.surgery(state)
         logger.log_metrics({f"{type(self).__name__}/num_replaced": replaced})
         hparams = self.surgery_hparams(state, replaced)

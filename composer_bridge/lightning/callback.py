@@ -631,6 +631,7 @@ class AlgorithmEngineCallback(L.Callback):
             return dict(self._checkpoint.deferred or {})
         from composer_bridge import __version__
 
+        self._checkpoint.warn_if_step_open(self._clock.step_open(self._global_step()))
         return self._checkpoint.save(self.state, __version__)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:

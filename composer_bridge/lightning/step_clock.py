@@ -91,6 +91,13 @@ class StepClock:
         self.micro = 0
         self._samples = 0
 
+    def step_open(self, global_step: int) -> bool:
+        """Whether Lightning finished an optimizer step that :meth:`end_micro_batch` has not counted yet.
+
+        True only inside ``on_train_batch_end`` of a callback that Lightning calls before the bridge.
+        """
+        return int(global_step) > self._global_step
+
     def end_micro_batch(self, state: State, samples: int, global_step: int) -> int:
         """Count a finished micro-batch; return how many optimizer steps it completed (0: step continues).
 
