@@ -221,6 +221,7 @@ class AlgorithmEngineCallback(L.Callback):
         heard at once; an algorithm or engine callback added during a run, from the next step on.
         """
         listening = self.engine is not None and self.engine.has_listeners()
+        self._clock.timing = listening  # only a listener can read the wall-clock (see StepClock)
         if listening and self._hooks is not None and self._trainer is not None:
             self._hooks.install_events(self._trainer)
         if listening is not self.listening:
