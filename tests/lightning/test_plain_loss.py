@@ -18,7 +18,14 @@ import torch.nn.functional as F
 import torchmetrics
 from torch.utils.data import DataLoader, TensorDataset
 
-from composer_bridge import Algorithm, AlgorithmEngineCallback, ComposerClassifier, ComposerModule, Event, State
+from composer_bridge import (
+    Algorithm,
+    AlgorithmEngineCallback,
+    ComposerClassifier,
+    ComposerModule,
+    Event,
+    State,
+)
 from composer_bridge.algorithms import CutMix, LabelSmoothing, MixUp, SelectiveBackprop
 from composer_bridge.core.algorithm import AlgorithmError
 from composer_bridge.lightning.setup_checks import BridgeConfigurationError
