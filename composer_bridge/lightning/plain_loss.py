@@ -87,7 +87,7 @@ def _names(algorithms: Sequence[Any]) -> str:
     return ", ".join(type(a).__name__ for a in algorithms)
 
 
-def _common_key(algorithms: Sequence[Any], attribute: str, default: BatchKey) -> BatchKey:
+def _common_key(algorithms: Sequence[Any], attribute: str, default: BatchKey | None) -> BatchKey | None:
     keys = [(type(a).__name__, getattr(a, attribute)) for a in algorithms if hasattr(a, attribute)]
     if any(key != keys[0][1] for _, key in keys):
         listed = ", ".join(f"{name}({attribute}={key!r})" for name, key in keys)
@@ -268,7 +268,7 @@ class PlainLossStep:
         state = bridge.state
         needy = _needy(state.algorithms)
         self.target_key = _common_key(needy, "target_key", 1)
-        self.input_key = _common_key(needy, "input_key", 0)
+        self.input_key = _common_key(needy, "input_key", None)  # None: no algorithm reads the inputs
         self._needy = needy
         self._interpolating = [a for a in needy if getattr(a, "interpolates_loss", False)]
         self._call: _LossCall | None = None
@@ -335,7 +335,8 @@ class PlainLossStep:
             kwargs = {**kwargs, "batch": batch}
         else:
             args = (batch, *args[1:])
-        record = _Step(target=get_batch_item(batch, self.target_key), input=get_batch_item(batch, self.input_key))
+        inputs = get_batch_item(batch, self.input_key) if self.input_key is not None else None
+        record = _Step(target=get_batch_item(batch, self.target_key), input=inputs)
         watch = self._watch_forward(record) if self._forward_used and not self._forward_checked else None
         self._step = record
         try:
@@ -366,6 +367,8 @@ class PlainLossStep:
                 "these algorithms."
             )
         for what, key in (("targets", self.target_key), ("inputs", self.input_key)):
+            if key is None:
+                continue
             try:
                 item = get_batch_item(batch, key)
             except KeyError as error:
