@@ -60,11 +60,13 @@ from typing import Any
 import torch
 
 from composer_bridge.core.batch import BatchKey, get_batch_item
-from composer_bridge.core.event import Event
 from composer_bridge.lightning import loss_calls
+from composer_bridge.lightning.hook_map import HOOK_EVENTS
 from composer_bridge.lightning.setup_checks import BridgeConfigurationError
 
 __all__ = ["PlainLossStep", "check_plain_module"]
+
+BEFORE_FORWARD, AFTER_FORWARD, BEFORE_LOSS, AFTER_LOSS, BEFORE_BACKWARD = HOOK_EVENTS["training_step[loss]"]
 
 _CRITERIA: dict[type, str] = {
     torch.nn.CrossEntropyLoss: "cross_entropy",
@@ -329,7 +331,7 @@ class PlainLossStep:
         batch = kwargs["batch"] if in_kwargs else args[0]
         self._check_batch(batch)
         state.batch = batch
-        bridge.fire_event(Event.BEFORE_FORWARD)
+        bridge.fire_event(BEFORE_FORWARD)
         batch = state.batch
         if in_kwargs:
             kwargs = {**kwargs, "batch": batch}
@@ -353,7 +355,7 @@ class PlainLossStep:
         self._check_step(record, loss)
         self._source_used_in_step = False
         state.outputs, state.loss = record.logits, loss
-        bridge.fire_event(Event.BEFORE_BACKWARD)
+        bridge.fire_event(BEFORE_BACKWARD)
         if state.loss is loss:
             return output
         return {**output, "loss": state.loss} if isinstance(output, Mapping) else state.loss
@@ -443,11 +445,11 @@ class PlainLossStep:
         bridge = self._bridge
         state = bridge.state
         state.outputs = input
-        bridge.fire_event(Event.AFTER_FORWARD)
+        bridge.fire_event(AFTER_FORWARD)
         batch = state.batch
         state.batch = copy.copy(batch)  # the algorithms' targets go into a copy: the user's batch keeps its own
         try:
-            bridge.fire_event(Event.BEFORE_LOSS)
+            bridge.fire_event(BEFORE_LOSS)
             targets = get_batch_item(state.batch, self.target_key)
             self._check_targets(kind, options, record.target, targets)
             call = _LossCall(kind, function, options)
@@ -459,7 +461,7 @@ class PlainLossStep:
                 )
             self._call = call
             state.loss = call(input, targets)
-            bridge.fire_event(Event.AFTER_LOSS)
+            bridge.fire_event(AFTER_LOSS)
         finally:
             state.batch = batch
         record.logits, record.targets, record.result = input, targets, state.loss
