@@ -43,7 +43,7 @@ from typing import Any
 
 import torch.nn.functional
 
-__all__ = ["INTERCEPTED", "LossHandler", "direct_imports", "intercept"]
+__all__ = ["INTERCEPTED", "LossHandler", "direct_imports", "intercept", "original"]
 
 #: the functions of ``torch.nn.functional`` a step's handler sees (first two arguments: input, target)
 INTERCEPTED: tuple[str, ...] = ("cross_entropy", "binary_cross_entropy_with_logits", "binary_cross_entropy", "nll_loss")
@@ -101,6 +101,11 @@ def intercept(handler: LossHandler) -> Iterator[None]:
                     # Another library that replaced the function after us keeps its replacement.
                     if getattr(torch.nn.functional, name) is _DISPATCHERS[name]:
                         setattr(torch.nn.functional, name, original)
+
+
+def original(name: str) -> Callable[..., Any]:
+    """The unpatched ``torch.nn.functional.<name>`` for one of the :data:`INTERCEPTED` names."""
+    return _ORIGINALS[name]
 
 
 def direct_imports(module: ModuleType | None) -> list[str]:

@@ -132,8 +132,20 @@ class ModuleHooks:
         bridge = self._bridge
         training_step = self._patches.original("training_step")
         if bridge.state is not None and any(a.needs_loss_events for a in bridge.state.algorithms):
-            self._plain_loss = PlainLossStep(self.module, bridge, training_step)
-            self._patches.set("training_step", self._plain_loss.step)
+            self._plain_loss = plain = PlainLossStep(self.module, bridge, training_step)
+            self._patches.set("training_step", plain.step)
+            on_save, on_load = self._patches.original("on_save_checkpoint"), self.module.on_load_checkpoint
+
+            def on_save_checkpoint(checkpoint: dict[str, Any]) -> Any:
+                plain.save_to(checkpoint)
+                return on_save(checkpoint)
+
+            def on_load_checkpoint(checkpoint: dict[str, Any]) -> Any:
+                plain.load_from(checkpoint)
+                return on_load(checkpoint)
+
+            self._patches.set("on_save_checkpoint", on_save_checkpoint)
+            self._patches.set("on_load_checkpoint", on_load_checkpoint)
         else:
             self._patches.set("training_step", _before_backward(training_step, bridge))
         for name, before, after in _EVAL_STEPS:

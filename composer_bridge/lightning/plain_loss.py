@@ -64,7 +64,10 @@ from composer_bridge.lightning import loss_calls
 from composer_bridge.lightning.hook_map import HOOK_EVENTS
 from composer_bridge.lightning.setup_checks import BridgeConfigurationError
 
-__all__ = ["PlainLossStep", "check_plain_module"]
+__all__ = ["CHECKPOINT_KEY", "PlainLossStep", "check_plain_module"]
+
+#: where a checkpoint keeps the loss a plain module's training_step was seen to compute
+CHECKPOINT_KEY = "composer_bridge/plain_loss"
 
 BEFORE_FORWARD, AFTER_FORWARD, BEFORE_LOSS, AFTER_LOSS, BEFORE_BACKWARD = HOOK_EVENTS["training_step[loss]"]
 
@@ -174,6 +177,8 @@ class _LossCall:
 
     def __call__(self, outputs: Any, targets: Any, reduction: str | None = None) -> torch.Tensor:
         options = self.options if reduction is None else {**self.options, "reduction": reduction}
+        if any(isinstance(v, torch.Tensor) and v.device != outputs.device for v in options.values()):
+            options = {k: v.to(outputs.device) if isinstance(v, torch.Tensor) else v for k, v in options.items()}
         return self.function(outputs, _as_loss_targets(self.kind, outputs, targets), **options)
 
 
@@ -273,6 +278,8 @@ class PlainLossStep:
         self.input_key = _common_key(needy, "input_key", None)  # None: no algorithm reads the inputs
         self._needy = needy
         self._interpolating = [a for a in needy if getattr(a, "interpolates_loss", False)]
+        # the algorithms that call loss(): not those that only replace the targets
+        self._loss_users = [a for a in needy if self._interpolating.count(a) or not getattr(a, "replaces_targets", False)]
         self._call: _LossCall | None = None
         self._several_calls = False
         self._forward_used = False  # SelectiveBackprop ran module(inputs): check that training_step does the same
@@ -306,9 +313,11 @@ class PlainLossStep:
         call = self._call
         if call is None:
             raise BridgeConfigurationError(
-                f"{_names(self._needy)} needs {type(self.module).__name__}'s loss before its training_step has run once "
-                "(the bridge learns the loss function and its options from the first step). Fix: start it after the "
-                "first step (SelectiveBackprop(start='1ba') or later; the default is half-way through the run)."
+                f"{_names(self._loss_users or self._needy)} needs {type(self.module).__name__}'s loss before its training_step has run once "
+                "(the bridge learns the loss function and its options from a step; a checkpoint written during fit "
+                "records them, one written after fit returned does not). Fix: start it after the first step "
+                "(SelectiveBackprop(start='1ba') or later; the default is half-way through the run), or resume from a "
+                "checkpoint written during fit (ModelCheckpoint)."
             )
         if self._several_calls:
             raise BridgeConfigurationError(
@@ -319,6 +328,18 @@ class PlainLossStep:
         if self._step is None:
             self._source_used_in_step = True
         return call(outputs, targets, reduction)
+
+    # --- checkpoints: the loss learnt so far, so a resumed run can rank examples in its first step ---
+    def save_to(self, checkpoint: dict[str, Any]) -> None:
+        """Store the loss function and options seen so far in ``checkpoint`` (the module's hook)."""
+        if self._call is not None:
+            checkpoint[CHECKPOINT_KEY] = {"kind": self._call.kind, "options": dict(self._call.options)}
+
+    def load_from(self, checkpoint: dict[str, Any]) -> None:
+        """Take the loss a checkpoint recorded, unless this run has seen one already."""
+        saved = checkpoint.get(CHECKPOINT_KEY)
+        if self._call is None and isinstance(saved, dict) and saved.get("kind") in loss_calls.INTERCEPTED:
+            self._call = _LossCall(saved["kind"], loss_calls.original(saved["kind"]), dict(saved["options"]))
 
     # --- the wrapped training_step --------------------------------------------------------------
     def step(self, *args: Any, **kwargs: Any) -> Any:

@@ -16,6 +16,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 import torchmetrics
+from lightning.pytorch.callbacks import ModelCheckpoint
 from torch.utils.data import DataLoader, TensorDataset
 
 from composer_bridge import (
@@ -369,3 +370,24 @@ def test_selective_backprop_before_the_first_step_is_refused() -> None:
         train(model, [SelectiveBackprop(start=0.0, end=1.0, interrupt=0)], "index")
     assert isinstance(caught.value.error, BridgeConfigurationError)
     assert torch.equal(model.net[0].weight, before)
+
+
+def test_a_resumed_plain_run_equals_the_uninterrupted_one(tmp_path: Any) -> None:
+    def algorithms() -> list[Algorithm]:
+        return [SelectiveBackprop(start="1ba", end=1.0, interrupt=2), LabelSmoothing(0.1), CutMix(1.0)]
+
+    uninterrupted = Plain("criterion")
+    quiet_trainer(max_epochs=2, callbacks=[AlgorithmEngineCallback(algorithms(), seed=7)]).fit(uninterrupted, loader())
+
+    # The checkpoint is written during fit (as ModelCheckpoint does): it records the loss the steps
+    # computed, so the resumed run's first step (a selective one) can rank its examples.
+    saving = ModelCheckpoint(dirpath=tmp_path, filename="epoch1", save_on_train_epoch_end=True)
+    quiet_trainer(max_epochs=1, enable_checkpointing=True,
+                  callbacks=[AlgorithmEngineCallback(algorithms(), seed=7), saving]).fit(Plain("criterion"), loader())
+    resumed = Plain("criterion")
+    quiet_trainer(max_epochs=2, callbacks=[AlgorithmEngineCallback(algorithms(), seed=7)]).fit(
+        resumed, loader(), ckpt_path=tmp_path / "epoch1.ckpt")
+
+    assert torch.equal(torch.stack(resumed.backward_losses), torch.stack(uninterrupted.backward_losses[5:]))
+    for (name, got), want in zip(resumed.state_dict().items(), uninterrupted.state_dict().values(), strict=True):
+        assert torch.equal(got, want), name
