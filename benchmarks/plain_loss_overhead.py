@@ -21,6 +21,7 @@ median over rounds with the lowest and highest round.
 Usage::
 
     .venv/bin/python benchmarks/plain_loss_overhead.py             # 200 steps x 9 rounds, ~2 min on 2 cores
+    .venv/bin/python benchmarks/plain_loss_overhead.py --net linear --steps 300   # the bridge's own cost in us
     .venv/bin/python benchmarks/plain_loss_overhead.py --quick     # smoke run
 """
 
@@ -46,8 +47,13 @@ from composer_bridge.models import ResNetCNN
 CLASSES = 10
 
 
+NETWORK = {"net": "cnn"}  # --net; "linear" makes the step so cheap that the bridge's own work dominates it
+
+
 def network() -> torch.nn.Module:
     torch.manual_seed(0)
+    if NETWORK["net"] == "linear":
+        return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16 * 16, CLASSES))
     return ResNetCNN(num_classes=CLASSES, in_channels=1, widths=(16, 32), blocks_per_stage=1)
 
 
@@ -141,8 +147,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--net", choices=["cnn", "linear"], default="cnn",
+                        help="cnn: the small ResNet (about 12 ms a step on one CPU thread); linear: one Linear layer, "
+                        "whose step is mostly the bridge's and Lightning's own work (the difference in us is the cost)")
     parser.add_argument("--quick", action="store_true", help="20 steps x 2 rounds")
     args = parser.parse_args()
+    NETWORK["net"] = args.net
     if args.quick:
         args.steps, args.rounds, args.warmup = 20, 2, 2
     logging.getLogger("lightning").setLevel(logging.ERROR)
@@ -156,16 +166,18 @@ def main() -> None:
         order.shuffle(arms)
         for arm in arms:
             results[arm].append(run_arm(arm, args.steps, args.warmup)[:2])
-    print(f"torch {torch.__version__}, lightning {L.__version__}, {args.steps} steps x {args.rounds} rounds, "
-          "1 torch thread; step CPU time in ms")
+    print(f"torch {torch.__version__}, lightning {L.__version__}, --net {args.net}, {args.steps} steps x "
+          f"{args.rounds} rounds, 1 torch thread; step CPU time in ms")
     print(f"the scoped patch alone (enter, one dispatched call, leave): {patch_cost_us():.1f} us per step")
     base = results["composer"]
     for arm, runs in results.items():
         for index, summary in enumerate(("decile", "mean")):
             values = [run[index] for run in runs]
             ratios = sorted(run[index] / ref[index] for run, ref in zip(runs, base, strict=True))
+            differences = sorted((run[index] - ref[index]) * 1e3 for run, ref in zip(runs, base, strict=True))
             print(f"{arm:15s} {summary:6s} median {statistics.median(values):7.3f} ms   ratio to composer: median "
-                  f"{statistics.median(ratios):.4f}x (rounds {ratios[0]:.4f}-{ratios[-1]:.4f})")
+                  f"{statistics.median(ratios):.4f}x (rounds {ratios[0]:.4f}-{ratios[-1]:.4f}), difference median "
+                  f"{statistics.median(differences):+.0f} us")
 
 
 if __name__ == "__main__":

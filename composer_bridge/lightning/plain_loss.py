@@ -232,6 +232,8 @@ _SIGNATURES: dict[str, inspect.Signature] = {}
 
 def _options(kind: str, function: Callable[..., Any], input: Any, target: Any, args: tuple[Any, ...],
              kwargs: dict[str, Any]) -> dict[str, Any]:
+    if not args:  # the usual call, options by keyword: nothing to bind
+        return dict(kwargs)
     signature = _SIGNATURES.get(kind)
     if signature is None:
         signature = _SIGNATURES[kind] = inspect.signature(function)
@@ -285,6 +287,7 @@ class PlainLossStep:
         self._forward_used = False  # SelectiveBackprop ran module(inputs): check that training_step does the same
         self._forward_checked = False
         self._step: _Step | None = None
+        self._batch_checked = False
         self._source_used_in_step = False
         self._state = state
         state.loss_source = self
@@ -350,7 +353,9 @@ class PlainLossStep:
             return self._training_step(*args, **kwargs)
         in_kwargs = not args
         batch = kwargs["batch"] if in_kwargs else args[0]
-        self._check_batch(batch)
+        if not self._batch_checked:  # the batch's structure is checked once, in the first step
+            self._check_batch(batch)
+            self._batch_checked = True
         state.batch = batch
         bridge.fire_event(BEFORE_FORWARD)
         batch = state.batch
