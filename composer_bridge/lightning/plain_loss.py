@@ -45,7 +45,7 @@ Example:
     >>> try:
     ...     check_plain_module([LabelSmoothing(0.1)], Model())
     ... except ValueError as error:
-    ...     print(str(error)[:72])
+    ...     print(str(error)[:73])
     LabelSmoothing replaces the targets by probabilities, but Model.criterion
 """
 
@@ -281,7 +281,9 @@ class PlainLossStep:
         self._needy = needy
         self._interpolating = [a for a in needy if getattr(a, "interpolates_loss", False)]
         # the algorithms that call loss(): not those that only replace the targets
-        self._loss_users = [a for a in needy if self._interpolating.count(a) or not getattr(a, "replaces_targets", False)]
+        self._loss_users = [
+            a for a in needy if getattr(a, "interpolates_loss", False) or not getattr(a, "replaces_targets", False)
+        ]
         self._call: _LossCall | None = None
         self._several_calls = False
         self._forward_used = False  # SelectiveBackprop ran module(inputs): check that training_step does the same

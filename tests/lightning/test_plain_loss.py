@@ -391,3 +391,13 @@ def test_a_resumed_plain_run_equals_the_uninterrupted_one(tmp_path: Any) -> None
     assert torch.equal(torch.stack(resumed.backward_losses), torch.stack(uninterrupted.backward_losses[5:]))
     for (name, got), want in zip(resumed.state_dict().items(), uninterrupted.state_dict().values(), strict=True):
         assert torch.equal(got, want), name
+
+
+@pytest.mark.parametrize("name", ["plain_loss", "loss_calls"])
+def test_docstring_examples_hold(name: str) -> None:
+    import doctest
+    import importlib
+
+    module = importlib.import_module(f"composer_bridge.lightning.{name}")
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted > 0 and result.failed == 0
