@@ -401,3 +401,40 @@ def test_docstring_examples_hold(name: str) -> None:
     module = importlib.import_module(f"composer_bridge.lightning.{name}")
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_the_loss_calls_own_options_pass_through() -> None:
+    weight = torch.tensor([1.0, 2.0, 0.5, 1.5])
+
+    class WeightedSum(Recorder, ComposerModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = network()
+            self.backward_losses = []
+
+        def forward(self, batch: Any) -> torch.Tensor:
+            return self.net(batch[0])
+
+        def loss(self, outputs: torch.Tensor, batch: Any, reduction: str = "sum") -> torch.Tensor:
+            targets = batch[1].to(outputs.dtype) if batch[1].is_floating_point() else batch[1]
+            return F.cross_entropy(outputs, targets, weight=weight, reduction=reduction)
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    class PlainWeightedSum(Plain):
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            x, y = batch
+            return F.cross_entropy(self(x), y, weight, None, -100, None, "sum")  # positional, as some code does
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    def algorithms() -> list[Algorithm]:
+        return [SelectiveBackprop(start="1ba", end=1.0, interrupt=0), LabelSmoothing(0.2)]
+
+    expected, plain = WeightedSum(), PlainWeightedSum("functional")
+    train(expected, algorithms(), "index")
+    train(plain, algorithms(), "index")
+    assert torch.equal(torch.stack(plain.backward_losses), torch.stack(expected.backward_losses))
+    assert torch.equal(plain.net[3].weight, expected.net[3].weight)
