@@ -193,9 +193,11 @@ def test_the_users_targets_metrics_and_validation_are_untouched() -> None:
             self.train_acc = torchmetrics.Accuracy(task="multiclass", num_classes=CLASSES)
             self.val_losses: list[torch.Tensor] = []
             self.val_expected: list[torch.Tensor] = []
+            self.batch_targets: list[torch.Tensor] = []
 
         def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
             loss = super().training_step(batch, batch_idx)
+            self.batch_targets.append(batch[1].clone())  # read from the batch again, after the loss call
             self.train_acc(self(batch[0]).detach(), batch[1])  # integer targets, as torchmetrics needs
             self.log("train_acc", self.train_acc)
             return loss
@@ -208,11 +210,12 @@ def test_the_users_targets_metrics_and_validation_are_untouched() -> None:
 
     model = WithMetrics()
     quiet_trainer(max_steps=3, limit_val_batches=1, val_check_interval=3,
-                  callbacks=[AlgorithmEngineCallback([LabelSmoothing(0.3), MixUp(0.4)], seed=7)]).fit(
+                  callbacks=[AlgorithmEngineCallback([MixUp(0.4), LabelSmoothing(0.3)], seed=7)]).fit(
         model, loader(), loader())
     labels = loader().dataset.tensors[1]
-    for step, seen in enumerate(model.seen_targets):
+    for step, (seen, in_batch) in enumerate(zip(model.seen_targets, model.batch_targets, strict=True)):
         assert torch.equal(seen, labels[16 * step:16 * step + 16])  # the batch's own integer labels
+        assert torch.equal(in_batch, seen)  # the batch (a list, changed in place by nothing) still holds them
     assert model.val_losses and torch.equal(torch.stack(model.val_losses), torch.stack(model.val_expected))
     assert 0.0 <= float(model.train_acc.compute()) <= 1.0
 
