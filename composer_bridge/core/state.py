@@ -252,10 +252,14 @@ class State:
         self.batch = set_batch_item(self.batch, key, value)
 
     # --- randomness ---------------------------------------------------------------------------
-    def generator(self, key: str, device: torch.device | str | None = None) -> torch.Generator:
+    def generator(
+        self, key: str, device: torch.device | str | None = None, *, same_on_every_rank: bool = False
+    ) -> torch.Generator:
         """A ``torch.Generator`` on ``device`` for the caller named ``key`` (an algorithm's class name).
 
-        Its seed is a pure function of ``(seed, rank, key, epoch, step, micro-batch, eval batch)``,
+        Its seed is a pure function of ``(seed, rank, key, epoch, step, micro-batch, eval batch)``
+        (without the rank when ``same_on_every_rank``: for draws every rank must agree on, such as
+        which modules run under a sharded model),
         re-derived whenever the loop moves on; the eval batch counts only while ``evaluating``, so
         training draws never depend on how many evaluation batches ran before them. Randomness
         therefore depends only on *where* in training it is drawn: a run resumed from a checkpoint draws exactly what the uninterrupted
@@ -277,12 +281,13 @@ class State:
             int(self.timestamp.epoch.value), int(self.timestamp.batch.value), self.microbatch_index,
             int(self.eval_timestamp.batch.value) if self.evaluating else -1,
         )
-        slot = (key, str(device))
+        slot = (f"{key}/all-ranks" if same_on_every_rank else key, str(device))
         entry = self._generators.get(slot)
         if entry is not None and entry[1] == position:
             return entry[0]
         generator = entry[0] if entry is not None else _new_generator(device)
-        material = f"{self.seed or 0}/{self.rank}/{key}/{position}".encode()
+        rank = "all" if same_on_every_rank else self.rank
+        material = f"{self.seed or 0}/{rank}/{key}/{position}".encode()
         generator.manual_seed(int.from_bytes(hashlib.blake2b(material, digest_size=8).digest(), "little") >> 1)
         self._generators[slot] = (generator, position)
         return generator

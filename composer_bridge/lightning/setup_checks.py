@@ -12,7 +12,9 @@ properties), and these checks compare the declarations with the module and Train
 - ``averages_weights``: replaces the weights by an average (conflicts with Lightning's own
   ``StochasticWeightAveraging``/``WeightAveraging`` callbacks);
 - ``clips_gradients``: clips gradients (conflicts with ``Trainer(gradient_clip_val=...)``);
-- ``freezes_layers``: changes ``requires_grad`` (meets Lightning's ``BaseFinetuning`` callbacks).
+- ``freezes_layers``: changes ``requires_grad`` (meets Lightning's ``BaseFinetuning`` callbacks);
+- ``non_contiguous_weights``: leaves weights non-contiguous (ChannelsLast), which FSDP2's
+  ``fully_shard`` under ``ModelParallelStrategy`` refuses.
 
 A check that fails raises :class:`BridgeConfigurationError` naming the algorithm, what is wrong
 and the fix; a combination that works but may surprise is returned as a warning sentence, which
@@ -87,6 +89,7 @@ def check_trainer(algorithms: Sequence[Any], trainer: L.Trainer, automatic_optim
             "clips again after the algorithm, with its own threshold). Fix: keep one — drop gradient_clip_val from "
             f"the Trainer or {', '.join(clipping)} from the algorithms."
         )
+    _check_sharding(algorithms, trainer)
     freezing = _names(algorithms, "freezes_layers")
     finetuning = [type(c).__name__ for c in trainer.callbacks if _is_finetuning(c)]
     if freezing and finetuning:
@@ -95,6 +98,18 @@ def check_trainer(algorithms: Sequence[Any], trainer: L.Trainer, automatic_optim
             "parameters; the later one wins for a parameter both touch."
         )
     return warnings
+
+
+def _check_sharding(algorithms: Sequence[Any], trainer: L.Trainer) -> None:
+    layout = _names(algorithms, "non_contiguous_weights")
+    strategy = type(trainer.strategy).__name__
+    if layout and strategy == "ModelParallelStrategy":
+        raise BridgeConfigurationError(
+            f"{', '.join(layout)} makes the convolution weights channels-last (non-contiguous) at setup, and {strategy}'s "
+            "FSDP2 (fully_shard in configure_model) cannot shard non-contiguous parameters (torch: 'FSDP does not "
+            f"support non-contiguous parameters yet'). Fix: remove {', '.join(layout)} from the algorithms under "
+            f"{strategy}, or train with DDP."
+        )
 
 
 def _check_run_length(algorithms: Sequence[Any], trainer: L.Trainer) -> None:
