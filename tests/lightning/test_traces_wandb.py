@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 import torch
-from lightning.pytorch.loggers import CSVLogger, WandbLogger
-from support import image_loader, quiet_trainer, tiny_classifier, wandb_run_records
+from support import L, image_loader, quiet_trainer, tiny_classifier, wandb_run_records
 
 from composer_bridge import Algorithm, AlgorithmEngineCallback, AlgorithmError, Event
+
+CSVLogger, WandbLogger = L.loggers.CSVLogger, L.loggers.WandbLogger
 
 wandb = pytest.importorskip("wandb")
 

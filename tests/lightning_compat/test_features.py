@@ -21,13 +21,12 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import lightning as L
 import pytest
 import torch
 import torch.nn.functional as F
-from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint, ModelSummary
-from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from support import (
+    ComposerClassifier,
+    L,
     ResumableLoader,
     assert_same_weights,
     image_dataset,
@@ -39,8 +38,11 @@ from support import (
 )
 from torch import nn
 
-from composer_bridge import Algorithm, AlgorithmEngineCallback, ComposerClassifier, Event, State
+from composer_bridge import Algorithm, AlgorithmEngineCallback, Event, State
 from composer_bridge.algorithms import EMA, CutOut, LabelSmoothing, MixUp, SqueezeExcite
+
+EarlyStopping, ModelCheckpoint, ModelSummary = L.callbacks.EarlyStopping, L.callbacks.ModelCheckpoint, L.callbacks.ModelSummary
+CSVLogger, TensorBoardLogger = L.loggers.CSVLogger, L.loggers.TensorBoardLogger
 
 ROOT = Path(__file__).resolve().parents[2]
 HALF_LIFE_2BA = 2.0 ** -0.5  # EMA(half_life="2ba") updating every step
@@ -557,7 +559,7 @@ class SummaryTotals(ModelSummary):
 
 
 def test_model_summary_reports_the_model_after_surgery_and_the_profiler_times_the_bridge(tmp_path: Path) -> None:
-    from lightning.pytorch.profilers import SimpleProfiler
+    SimpleProfiler = L.profilers.SimpleProfiler
 
     SummaryTotals.reported = []
     callback = AlgorithmEngineCallback([SqueezeExcite(latent_channels=4, min_channels=8)])

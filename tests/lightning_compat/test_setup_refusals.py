@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
-import lightning as L
 import pytest
-from lightning.pytorch.callbacks import BackboneFinetuning, StochasticWeightAveraging
-from support import image_loader, quiet_trainer, tiny_classifier
+from support import L, image_loader, quiet_trainer, tiny_classifier
 
 import composer_bridge.algorithms as library
 from composer_bridge import AlgorithmEngineCallback
 from composer_bridge.lightning import BridgeConfigurationError
+
+BackboneFinetuning, StochasticWeightAveraging = L.callbacks.BackboneFinetuning, L.callbacks.StochasticWeightAveraging
 
 
 class CountSteps(L.Callback):
