@@ -25,6 +25,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from support import (
+    LIGHTNING_PACKAGE,
     ComposerClassifier,
     L,
     ResumableLoader,
@@ -465,7 +466,7 @@ def _wandb_metrics(save_dir: Path) -> dict[str, dict[int, float]]:
 
 
 def test_trace_keys_and_counts_reach_the_csv_tensorboard_and_wandb_files(tmp_path: Path) -> None:
-    wandb_logger_cls = pytest.importorskip("lightning.pytorch.loggers").WandbLogger
+    wandb_logger_cls = pytest.importorskip(f"{L.__name__}.loggers").WandbLogger
     pytest.importorskip("wandb")
     import wandb
 
@@ -508,6 +509,8 @@ def _cli_example() -> Any:
     return module
 
 
+@pytest.mark.skipif(LIGHTNING_PACKAGE != "lightning", reason="examples/cli.py is written for lightning; "
+                    "tests/lightning/test_both_packages.py runs pytorch_lightning's LightningCLI")
 def test_lightning_cli_with_the_callback_from_arguments_trains_like_the_same_run_built_in_python(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
 ) -> None:
