@@ -12,7 +12,7 @@ from the objects the user gives it (:func:`package_of`: the Trainer, the module,
 and takes every utility it needs from that :class:`LightningPackage` (``is_overridden``,
 ``TrainerFn``, ``RunningStage``, ``callbacks.Timer``, ``strategies.DDPStrategy``,
 ``loggers.WandbLogger``, ...). Nothing else in ``composer_bridge`` imports a Lightning package by
-name at run time (``tests/lightning/test_package.py`` checks the sources).
+name at run time (``tests/lightning/test_both_packages.py`` checks the sources).
 
 Example:
     >>> import pytorch_lightning as pl
