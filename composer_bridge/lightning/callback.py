@@ -412,9 +412,13 @@ class AlgorithmEngineCallback(*CALLBACK_BASES):  # type: ignore[misc]
         self._clock.start_fit(self._global_step())
         if state.timestamp.batch.value == 0 and state.timestamp.epoch.value == 0:
             self._fire("on_train_start")
+        if self._clock.epoch_left_open(state, trainer.current_epoch):  # resumed from an epoch's last batch
+            self.on_train_epoch_end(trainer, pl_module)
+            self.on_train_epoch_start(trainer, pl_module)
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._clock.start_epoch()
+        if not self._clock.start_epoch(trainer.current_epoch):
+            return
         if self.state is not None:
             self.state.microbatch_index = 0
         self._refresh_listening()
@@ -628,6 +632,7 @@ class AlgorithmEngineCallback(*CALLBACK_BASES):  # type: ignore[misc]
             return {}
         from composer_bridge import __version__
 
+        self._checkpoint.warn_if_step_open(self._clock.step_open(self._global_step()))
         return self._checkpoint.save(self.state, __version__)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
