@@ -277,7 +277,9 @@ def _runtime_lightning_imports(path: Path) -> list[str]:
 
 
 def test_only_package_py_imports_a_lightning_package_by_name() -> None:
-    sources = sorted((REPO / "composer_bridge").rglob("*.py"))
+    """In the adapter and everything it uses; composer_bridge.search (a tool that builds its own
+    lightning.Trainer runs, like the examples) is not part of it."""
+    sources = sorted(p for p in (REPO / "composer_bridge").rglob("*.py") if "search" not in p.relative_to(REPO).parts)
     found = [hit for path in sources if path.name != "package.py" for hit in _runtime_lightning_imports(path)]
     assert found == []
     assert _runtime_lightning_imports(REPO / "composer_bridge" / "lightning" / "package.py") == []  # importlib, by name
