@@ -107,6 +107,34 @@ def test_a_plain_pytorch_lightning_module_trains_with_the_callback_exactly_as_on
     assert pl_events.count("AFTER_DATALOADER") == 4
 
 
+def fit_plain_with_loss_algorithms(name: str) -> tuple[dict[str, torch.Tensor], dict[str, int]]:
+    class Criterion(PACKAGES[name].LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            torch.manual_seed(0)
+            self.net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 4))
+            self.criterion = torch.nn.CrossEntropyLoss()
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            x, y = batch
+            return self.criterion(self.net(x), y)
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.SGD(self.parameters(), lr=0.5)
+
+    module = Criterion()
+    callback = AlgorithmEngineCallback([LabelSmoothing(0.1), MixUp(alpha=0.4)], seed=3)
+    trainer_of(PACKAGES[name], max_steps=3, callbacks=[callback]).fit(module, image_loader(n=48, batch_size=8))
+    return weights_of(module), {key: stats.count for key, stats in callback.traces.stats.items()}
+
+
+def test_loss_algorithms_on_a_plain_pytorch_lightning_module_act_exactly_as_on_lightning() -> None:
+    pl_weights, pl_counts = fit_plain_with_loss_algorithms("pytorch_lightning")
+    lightning_weights, lightning_counts = fit_plain_with_loss_algorithms("lightning.pytorch")
+    assert pl_counts == lightning_counts and pl_counts["LabelSmoothing/BEFORE_LOSS"] == 3
+    assert_same_weights(pl_weights, lightning_weights)
+
+
 def fit_classifier(name: str) -> dict[str, torch.Tensor]:
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 4))
