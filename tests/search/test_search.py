@@ -110,6 +110,22 @@ def test_a_finished_search_re_reports_from_disk_without_training(searched) -> No
     assert _rows(again) == _rows(result) and again.confirmed == result.confirmed
 
 
+def test_a_re_report_with_a_smaller_budget_reports_only_the_fits_within_it(searched, tmp_path) -> None:
+    # The state holds the whole search; replayed with 9 fits (the two baseline curves and one candidate
+    # curve), the result's table, cost and Lightning time are those 9 fits', not the state's.
+    result, state, _ = searched
+    (tmp_path / "search.json").write_text((state / "search.json").read_text())
+    counting = task.Counting(factory=make_module)
+    with pytest.warns(BudgetWarning):
+        small = search_recipe(counting, task.make_data, state_dir=tmp_path, **{**KWARGS, "max_fits": 9})
+    assert counting.calls == 2 and small.stopped_by_budget and not small.recipe
+    assert len(result.fits) > 9
+    assert _rows(small) == _rows(result)[:9] and small.cost["search_fits"] == 9
+    assert small.cost["lightning_outside_training_s"] == pytest.approx(
+        sum(f.fit_wall_s - f.wall_s for f in result.fits[:9]))
+    assert small.table().count("\n| search |") == 9
+
+
 def test_a_state_from_other_settings_is_refused(searched) -> None:
     _, state, _ = searched
     with pytest.raises(StaleStateError, match="run_lengths"):
