@@ -461,8 +461,9 @@ def _search(make_module: Callable[..., Any], make_data: Callable[[int], Any], mo
     finally:
         if bar is not None:
             bar.close()
-    state.overhead_s, state.overhead_cpu_s = search.overhead()
-    state.save()
+    if search.trained:  # a re-report (nothing trained) leaves the state, and the search's overhead, as they were
+        state.overhead_s, state.overhead_cpu_s = search.overhead()
+        state.save()
     cost = _cost(search, max_fits, max_train_seconds)
     recipe = [search.by_label[label] for label in incumbent]
     result = SearchResult(
