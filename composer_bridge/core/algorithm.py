@@ -47,8 +47,11 @@ class Algorithm(ABC):
     - ``augments_data``: the algorithm changes the training examples (inputs or targets) before
       the model sees them (MixUp, CutMix, CutOut, ColOut, RandAugment, ...); ``plan()`` warns
       when one runs before a ``runs_first`` algorithm such as SelectiveBackprop;
-    - ``needs_loss_events``: needs a module with separate ``forward`` and ``loss`` (the bridge
-      refuses a plain ``training_step`` module at setup);
+    - ``needs_loss_events``: acts between the forward pass and the loss: a module with separate
+      ``forward`` and ``loss``, or a plain ``training_step`` module whose loss call the bridge can
+      see (it refuses one where it cannot); an algorithm that turns the targets into probabilities
+      there also sets ``replaces_targets`` (LabelSmoothing, MixUp, CutMix), which the bridge reads
+      to refuse losses that cannot take them;
     - ``unique``: at most one instance may be used in a run (the library's algorithms set it).
     """
 

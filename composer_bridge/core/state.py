@@ -25,6 +25,7 @@ from composer_bridge.core.time import Time, Timestamp, TimeUnit
 if TYPE_CHECKING:
     from composer_bridge.core.algorithm import Algorithm
     from composer_bridge.core.callback import Callback
+    from composer_bridge.core.loss_source import LossSource
 
 __all__ = ["State"]
 
@@ -66,6 +67,10 @@ class State:
       ``evaluating`` (an evaluation or prediction is running), ``automatic_optimization`` (the
       loop steps the optimizers itself; ``False`` when the user's code calls ``optimizer.step()``),
       ``stepping_optimizer`` (the optimizer about to step, at ``AFTER_TRAIN_BATCH``);
+    - ``loss_source``: for a model that computes forward and loss in one step (a plain
+      LightningModule), the forward pass and loss the adapter saw it use
+      (:class:`~composer_bridge.core.loss_source.LossSource`); ``None`` for a model with
+      ``forward(batch)`` and ``loss(outputs, batch)`` apart;
     - ``trainer``: the framework object driving the loop, for framework-specific access;
     - ``extra``: a free dict for anything else.
     """
@@ -120,6 +125,7 @@ class State:
         self.automatic_optimization = True
         self.stepping_optimizer: torch.optim.Optimizer | None = None
         self.stop_requested = False
+        self.loss_source: LossSource | None = None
         self.extra: dict[str, Any] = {}
         self._generators: dict[tuple[str, str], tuple[torch.Generator, tuple[int, ...]]] = {}
 

@@ -3,7 +3,8 @@
 Algorithms never look at Lightning. They declare what they need with class attributes (or
 properties), and these checks compare the declarations with the module and Trainer at hand:
 
-- ``needs_loss_events``: a module with separate ``forward`` and ``loss`` (a ``ComposerModule``);
+- ``needs_loss_events``: the forward/loss events: a ``ComposerModule``, or a plain module whose
+  ``training_step`` calls a loss the bridge can see (:mod:`~composer_bridge.lightning.plain_loss`);
 - ``needs_run_length``: the run's length (``max_epochs`` or ``max_steps``), to place a schedule
   given as a fraction of the run;
 - ``needs_optimizer_closure``: Lightning's automatic optimization with a closure, no fp16 gradient
@@ -56,16 +57,15 @@ def _verb(names: list[str]) -> str:
 
 
 def check_module(algorithms: Sequence[Any], module: L.LightningModule, is_composer_module: bool) -> None:
-    """Refuse algorithms that need the loss events with a module that computes forward and loss together."""
-    needy = _names(algorithms, "needs_loss_events")
-    if needy and not is_composer_module:
-        raise BridgeConfigurationError(
-            f"{_verb(needy)} the BEFORE_FORWARD/BEFORE_LOSS events, which {type(module).__name__} cannot provide: "
-            "its training_step computes forward and loss together. Fix: subclass composer_bridge.ComposerModule "
-            "(implement forward(batch) and loss(outputs, batch)) or wrap your network in "
-            "composer_bridge.ComposerClassifier; or remove these algorithms (algorithms that act on data, weights "
-            "or the optimizer work with any module)."
-        )
+    """Refuse loss algorithms on a plain module where what it shows at setup cannot be made exact.
+
+    A plain module's loss is found inside its ``training_step`` (see
+    :mod:`~composer_bridge.lightning.plain_loss`); what only the first step shows is refused there.
+    """
+    if not is_composer_module:
+        from composer_bridge.lightning.plain_loss import check_plain_module
+
+        check_plain_module(algorithms, module)
 
 
 def check_trainer(algorithms: Sequence[Any], trainer: L.Trainer, automatic_optimization: bool = True) -> list[str]:
