@@ -232,6 +232,7 @@ class AlgorithmEngineCallback(*CALLBACK_BASES):  # type: ignore[misc]
         heard at once; an algorithm or engine callback added during a run, from the next step on.
         """
         listening = self.engine is not None and self.engine.has_listeners()
+        self._clock.timing = listening  # only a listener can read the wall-clock (see StepClock)
         if listening and self._hooks is not None and self._trainer is not None:
             self._hooks.install_events(self._trainer)
         if listening is not self.listening:
@@ -282,6 +283,16 @@ class AlgorithmEngineCallback(*CALLBACK_BASES):  # type: ignore[misc]
         if self._initialized_model != id(pl_module):
             self._initialized_model = id(pl_module)
             self._fire("setup")
+        self._load_deferred()
+
+    def _load_deferred(self) -> None:
+        """Apply a checkpoint entry restored before setup, or fire the AFTER_LOAD a restore after teardown left due."""
+        raw = self._checkpoint.take_deferred()
+        if raw is not None:
+            self._checkpoint.load(self.state, raw)
+        if raw is not None or self._checkpoint.after_load_due:
+            self._checkpoint.after_load_due = False
+            self._fire("load_state_dict")
 
     def _start_run(self, pl_module: L.LightningModule) -> None:
         """A new model: fresh state, traces and costs; algorithms that served another run start fresh."""
@@ -293,6 +304,7 @@ class AlgorithmEngineCallback(*CALLBACK_BASES):  # type: ignore[misc]
             self._clock = StepClock()
             self.engine = None
             self._initialized_model = None
+            self._checkpoint.after_load_due = False  # the previous model's restore
         run = algorithm_runs.new_run_id()
         for algorithm in self.algorithms:
             if algorithm_runs.bind(algorithm, run):
@@ -629,16 +641,22 @@ class AlgorithmEngineCallback(*CALLBACK_BASES):  # type: ignore[misc]
     # ------------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         if self.state is None:
-            return {}
+            return dict(self._checkpoint.deferred or {})
         from composer_bridge import __version__
 
         self._checkpoint.warn_if_step_open(self._clock.step_open(self._global_step()))
         return self._checkpoint.save(self.state, __version__)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        # Lightning restores callbacks before setup (ahead of validate/test/predict) and after
+        # teardown (its HPC restore): the first is kept for setup, the second fires AFTER_LOAD there.
         if self.state is None:
-            raise RuntimeError("AlgorithmEngineCallback.load_state_dict was called before Trainer setup.")
+            self._checkpoint.defer(state_dict)
+            return
         self._checkpoint.load(self.state, state_dict)
+        if self.engine is None or self.engine.closed:
+            self._checkpoint.after_load_due = True
+            return
         self._fire("load_state_dict")
 
 
