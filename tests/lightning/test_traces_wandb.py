@@ -8,7 +8,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import lightning as L
 import pytest
 import torch
 from support import L, image_loader, quiet_trainer, tiny_classifier, wandb_run_records
