@@ -1,4 +1,4 @@
-"""The :class:`AlgorithmEngineCallback`: Composer's algorithm engine inside ``lightning.Trainer``.
+"""The :class:`AlgorithmEngineCallback`: Composer's algorithm engine inside ``lightning.Trainer`` or ``pl.Trainer``.
 
 Example:
     >>> import lightning as L
@@ -24,11 +24,9 @@ import logging
 import os
 import warnings
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import lightning as L
 import torch
-from lightning.pytorch.trainer.states import TrainerFn
 
 from composer_bridge.core.algorithm import Algorithm, check_algorithms
 from composer_bridge.core.callback import Callback as EngineCallback
@@ -43,13 +41,22 @@ from composer_bridge.lightning.checkpoint_state import BridgeCheckpoint, check_k
 from composer_bridge.lightning.cost_report import CostReport
 from composer_bridge.lightning.cost_report import cost_report as build_cost_report
 from composer_bridge.lightning.hook_map import HOOK_EVENTS
-from composer_bridge.lightning.module import ComposerModule, _batch_size, attach_bridge, detach_bridge
+from composer_bridge.lightning.module import ComposerModuleMixin, _batch_size, attach_bridge, detach_bridge
 from composer_bridge.lightning.module_hooks import ModuleHooks
+from composer_bridge.lightning.package import CALLBACK_BASES, package_of
 from composer_bridge.lightning.plan import Plan, make_plan
-from composer_bridge.lightning.setup_checks import BridgeConfigurationError, check_module, check_trainer
+from composer_bridge.lightning.setup_checks import (
+    BridgeConfigurationError,
+    check_module,
+    check_one_package,
+    check_trainer,
+)
 from composer_bridge.lightning.step_clock import StepClock
 from composer_bridge.lightning.traces import TraceMode, TraceReporting, TraceStore
 from composer_bridge.lightning.wandb_report import wandb_run_config
+
+if TYPE_CHECKING:  # hints name lightning.pytorch's classes; pytorch_lightning's work the same (package.py)
+    import lightning as L
 
 __all__ = ["AlgorithmEngineCallback", "BridgeConfigurationError"]
 
@@ -66,8 +73,12 @@ _RUNTIME = ("state", "engine", "_trainer", "_hooks", "_initialized_model", "_run
             "_global_step", "log", "log_dict")
 
 
-class AlgorithmEngineCallback(L.Callback):
-    """Run Composer-style algorithms (and engine callbacks) inside a ``lightning.Trainer``.
+class AlgorithmEngineCallback(*CALLBACK_BASES):  # type: ignore[misc]
+    """Run Composer-style algorithms (and engine callbacks) inside a ``lightning.Trainer`` or ``pl.Trainer``.
+
+    A ``Callback`` of both Lightning packages (``lightning.pytorch`` and ``pytorch_lightning``): either
+    Trainer, and ``LightningCLI``'s ``callbacks: list[Callback]``, accept it. The run's package is
+    the Trainer's; a module or DataModule of the other package is refused at setup.
 
     Args:
         algorithms: the :class:`~composer_bridge.Algorithm` instances to run.
@@ -238,6 +249,7 @@ class AlgorithmEngineCallback(L.Callback):
     # setup: a run per model, INIT, checks, module hooks
     # ------------------------------------------------------------------------------------------
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        check_one_package(trainer, pl_module)
         self._trainer = trainer
         if self.state is None or self.state.model is not pl_module:
             self._start_run(pl_module)
@@ -257,8 +269,8 @@ class AlgorithmEngineCallback(L.Callback):
         if self.engine is None or self.engine.closed:
             self.engine = self._new_engine()
         self._run_event = self.engine.fire
-        check_module(state.algorithms, pl_module, isinstance(pl_module, ComposerModule))
-        if stage == TrainerFn.FITTING.value:
+        check_module(state.algorithms, pl_module, isinstance(pl_module, ComposerModuleMixin))
+        if stage == "fit":  # TrainerFn.FITTING of either package
             self._conflicts = check_trainer(state.algorithms, trainer, state.automatic_optimization)
             for sentence in self._conflicts:
                 warnings.warn(sentence, stacklevel=2)
@@ -322,7 +334,7 @@ class AlgorithmEngineCallback(L.Callback):
     # ------------------------------------------------------------------------------------------
     # the step bodies ComposerModule and the module hooks call while the bridge is attached
     # ------------------------------------------------------------------------------------------
-    def composer_train_step(self, module: ComposerModule, batch: Any) -> tuple[Any, Any, torch.Tensor]:
+    def composer_train_step(self, module: ComposerModuleMixin, batch: Any) -> tuple[Any, Any, torch.Tensor]:
         """Forward and loss of one training micro-batch, with their events; returns (batch, outputs, loss)."""
         state = self.state
         assert state is not None
@@ -338,15 +350,15 @@ class AlgorithmEngineCallback(L.Callback):
         run(before_backward)
         return state.batch, state.outputs, state.loss
 
-    def composer_eval_forward(self, module: ComposerModule, batch: Any) -> Any:
+    def composer_eval_forward(self, module: ComposerModuleMixin, batch: Any) -> Any:
         """The evaluation forward pass, between EVAL_BEFORE_FORWARD and EVAL_AFTER_FORWARD."""
         return self._forward_between(module, batch, "validation_step")
 
-    def composer_predict_forward(self, module: ComposerModule, batch: Any) -> Any:
+    def composer_predict_forward(self, module: ComposerModuleMixin, batch: Any) -> Any:
         """The prediction forward pass, between PREDICT_BEFORE_FORWARD and PREDICT_AFTER_FORWARD."""
         return self._forward_between(module, batch, "predict_step")
 
-    def _forward_between(self, module: ComposerModule, batch: Any, hook: str) -> Any:
+    def _forward_between(self, module: ComposerModuleMixin, batch: Any, hook: str) -> Any:
         state = self.state
         assert state is not None
         before, after = HOOK_EVENTS[hook]
@@ -492,13 +504,13 @@ class AlgorithmEngineCallback(L.Callback):
         state.sanity_checking = bool(trainer.sanity_checking)
         state.eval_timestamp = Timestamp()
         state.evaluating = True
-        standalone = trainer.state.fn in (TrainerFn.VALIDATING, TrainerFn.TESTING)
+        standalone = _standalone(trainer)
         self._fire(f"{hook}[standalone]" if standalone and hook == "on_validation_start" else hook)
 
     def _eval_end(self, trainer: L.Trainer, hook: str) -> None:
         state = self.state
         assert state is not None
-        standalone = trainer.state.fn in (TrainerFn.VALIDATING, TrainerFn.TESTING)
+        standalone = _standalone(trainer)
         try:
             self._fire(f"{hook}[standalone]" if standalone and hook == "on_validation_end" else hook)
         finally:
@@ -667,7 +679,7 @@ def _check_engine_callbacks(callbacks: Any) -> list[EngineCallback]:
     if not isinstance(items, (list, tuple)):
         raise TypeError(f"callbacks must be a list of composer_bridge.Callback, got {type(callbacks).__name__}.")
     for i, callback in enumerate(items):
-        if isinstance(callback, L.Callback):
+        if isinstance(callback, CALLBACK_BASES):
             raise TypeError(
                 f"callbacks[{i}] = {callback!r} is a Lightning callback; pass it to lightning.Trainer(callbacks=[...]). "
                 "AlgorithmEngineCallback(callbacks=...) takes engine-side composer_bridge.Callback objects."
@@ -684,6 +696,12 @@ def _default_seed() -> int:
     if env is not None and env.lstrip("-").isdigit():
         return int(env)
     return int(torch.initial_seed() % (2**63))
+
+
+def _standalone(trainer: L.Trainer) -> bool:
+    """Whether the Trainer runs ``validate``/``test`` on their own (not inside ``fit``)."""
+    fn = package_of(trainer).TrainerFn  # the Trainer's own package
+    return trainer.state.fn in (fn.VALIDATING, fn.TESTING)
 
 
 def _max_duration(trainer: L.Trainer) -> Time | None:

@@ -14,17 +14,19 @@ anything is patched (an instance attribute would make any hook look overridden).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import lightning as L
 import torch
-from lightning.pytorch.utilities.model_helpers import is_overridden
 
 from composer_bridge.core.event import Event
 from composer_bridge.lightning import _compat
-from composer_bridge.lightning.module import ComposerModule
+from composer_bridge.lightning.module import ComposerModuleMixin
 from composer_bridge.lightning.module_patches import ModulePatches
+from composer_bridge.lightning.package import package_of
 from composer_bridge.lightning.plain_loss import PlainLossStep
+
+if TYPE_CHECKING:
+    import lightning as L
 
 __all__ = ["ModuleHooks"]
 
@@ -80,7 +82,7 @@ class ModuleHooks:
         self.events_installed = True
         self._install_data_hooks(trainer)
         self._install_backward()
-        if not isinstance(self.module, ComposerModule):
+        if not isinstance(self.module, ComposerModuleMixin):
             self._install_plain_steps()
 
     def _install_data_hooks(self, trainer: L.Trainer) -> None:
@@ -149,6 +151,7 @@ class ModuleHooks:
             self._patches.set("on_load_checkpoint", on_load_checkpoint)
         else:
             self._patches.set("training_step", _before_backward(training_step, bridge))
+        is_overridden = package_of(self.module).is_overridden  # the module's package: either refuses the other's
         for name, before, after in _EVAL_STEPS:
             if is_overridden(name, self.module):
                 self._patches.set(name, _bracket(self._patches.original(name), bridge, before, after))
