@@ -66,7 +66,7 @@ class ComposerModule(L.LightningModule):
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         bridge = _bridge_of(self)
         if bridge is not None:
-            batch, outputs, loss = bridge.composer_train_step(self, batch)
+            batch, outputs, loss = bridge.train_step(self, batch)
         else:
             outputs = self(batch)
             loss = self.loss(outputs, batch)
@@ -75,7 +75,7 @@ class ComposerModule(L.LightningModule):
 
     def _evaluate(self, batch: Any, prefix: str) -> Any:
         bridge = _bridge_of(self)
-        outputs = bridge.composer_eval_forward(self, batch) if bridge is not None else self.eval_forward(batch)
+        outputs = bridge.eval_forward(self, batch) if bridge is not None else self.eval_forward(batch)
         self.update_eval_metrics(outputs, batch, prefix)
         return outputs
 
@@ -87,7 +87,7 @@ class ComposerModule(L.LightningModule):
 
     def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> Any:
         bridge = _bridge_of(self)
-        return bridge.composer_predict_forward(self, batch) if bridge is not None else self.eval_forward(batch)
+        return bridge.predict_forward(self, batch) if bridge is not None else self.eval_forward(batch)
 
 
 def _bridge_of(module: torch.nn.Module) -> Any:
