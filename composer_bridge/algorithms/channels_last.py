@@ -64,6 +64,8 @@ class ChannelsLast(SurgeryAlgorithm):
         ChannelsLast()
     """
 
+    converts_memory_format = True
+
     def __init__(self) -> None:
         pass
 

@@ -1,17 +1,15 @@
 """What the bridge checks at ``setup``, before anything trains: capabilities the algorithms declare.
 
-Algorithms never look at Lightning. They declare what they need with class attributes (or
-properties), and these checks compare the declarations with the module and Trainer at hand:
+Algorithms never look at Lightning. They declare what they need and what they change with the
+capabilities of :class:`~composer_bridge.core.algorithm.Algorithm` (documented there), and these
+checks compare the declarations with the module and Trainer at hand:
 
 - ``needs_loss_events``: a module with separate ``forward`` and ``loss`` (a ``ComposerModule``);
-- ``needs_run_length``: the run's length (``max_epochs`` or ``max_steps``), to place a schedule
-  given as a fraction of the run;
-- ``needs_optimizer_closure``: Lightning's automatic optimization with a closure, no fp16 gradient
-  scaler and no gradient accumulation (SAM evaluates the loss twice per step);
-- ``averages_weights``: replaces the weights by an average (conflicts with Lightning's own
-  ``StochasticWeightAveraging``/``WeightAveraging`` callbacks);
-- ``clips_gradients``: clips gradients (conflicts with ``Trainer(gradient_clip_val=...)``);
-- ``freezes_layers``: changes ``requires_grad`` (meets Lightning's ``BaseFinetuning`` callbacks).
+- ``needs_run_length``: ``max_epochs`` or ``max_steps`` (not only ``max_time``);
+- ``needs_optimizer_closure``: automatic optimization, no fp16 gradient scaler, no accumulation;
+- ``averages_weights``: refused beside Lightning's ``StochasticWeightAveraging``/``WeightAveraging``;
+- ``clips_gradients``: refused beside ``Trainer(gradient_clip_val=...)``;
+- ``freezes_layers``: a warning beside Lightning's ``BaseFinetuning`` callbacks.
 
 A check that fails raises :class:`BridgeConfigurationError` naming the algorithm, what is wrong
 and the fix; a combination that works but may surprise is returned as a warning sentence, which
@@ -36,6 +34,7 @@ from typing import Any
 
 import lightning as L
 
+from composer_bridge.core.algorithm import declaring
 from composer_bridge.lightning import _compat
 
 __all__ = ["BridgeConfigurationError", "check_module", "check_trainer"]
@@ -45,8 +44,8 @@ class BridgeConfigurationError(ValueError):
     """The algorithms cannot run with this module, strategy or checkpoint; the message says how to fix it."""
 
 
-def _names(algorithms: Sequence[Any], marker: str) -> list[str]:
-    return [type(a).__name__ for a in algorithms if getattr(a, marker, False)]
+def _names(algorithms: Sequence[Any], capability: str) -> list[str]:
+    return [type(a).__name__ for a in declaring(algorithms, capability)]
 
 
 def _verb(names: list[str]) -> str:
