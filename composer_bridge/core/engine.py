@@ -47,14 +47,13 @@ from composer_bridge.core.event import Event, EventFilter, EventList, _check_ari
 from composer_bridge.core.logger import Logger
 from composer_bridge.core.passes import DEFAULT_PASSES, AlgorithmPass, normalize_passes
 from composer_bridge.core.state import State
-from composer_bridge.core.trace import AlgorithmLabels, PlanTraces, Trace, Traces, trace_key
+from composer_bridge.core.trace import MAX_CACHED_PLANS, AlgorithmLabels, PlanTraces, Trace, Traces, trace_key
 
 __all__ = ["Engine", "RemovableEventHandle"]
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[..., Any]
-_MAX_CACHED_ORDERS = 4096
 # measure_cost times the first runs of each plan in full, then a random eighth of its runs, each
 # weighted by 8: an unbiased estimate of the total at an eighth of the clock reads.
 _TIMED_IN_FULL = 64
@@ -271,7 +270,7 @@ class Engine:
             # Labels follow the run's list (``Name``, ``Name#2``...), not the order of this event.
             self._labels.add(self.state.algorithms)
             plan = _Plan(list(matched), ordered, event, [self._labels[a] for a in ordered])
-            if len(self._order_cache) >= _MAX_CACHED_ORDERS:
+            if len(self._order_cache) >= MAX_CACHED_PLANS:
                 self._forget_plans()
             self._order_cache[key] = plan
         return plan

@@ -143,6 +143,7 @@ class BridgeRun(ModuleSteps):
                 log.info("%s served another run: it starts fresh for %s.", type(algorithm).__name__, type(pl_module).__name__)
         self.state = State(pl_module, algorithms=bridge.algorithms, callbacks=bridge.engine_callbacks)
         self.state.seed = bridge.seed if bridge.seed is not None else _default_seed()
+        self.clock = StepClock(self.state)
 
     def _new_engine(self) -> Engine:
         assert self.state is not None
@@ -219,8 +220,6 @@ class BridgeRun(ModuleSteps):
 
     def train_epoch_start(self) -> None:
         self.clock.start_epoch()
-        if self.state is not None:
-            self.state.microbatch_index = 0
         self.refresh_listening()
         self.fire_hook("on_train_epoch_start")
 
@@ -264,7 +263,6 @@ class BridgeRun(ModuleSteps):
         assert state is not None
         state.timestamp = state.timestamp.to_next_epoch()
         self.clock.reset_step()
-        state.microbatch_index = 0
         self.fire_hook("on_train_epoch_end")
         self._honour_stop(trainer)
 

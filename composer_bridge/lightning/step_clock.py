@@ -12,10 +12,12 @@ Example:
     >>> import torch
     >>> from composer_bridge.core.state import State
     >>> state = State(torch.nn.Linear(1, 1))
-    >>> clock = StepClock()
+    >>> clock = StepClock(state)
     >>> clock.start_fit(global_step=0)
     >>> clock.end_micro_batch(state, samples=4, global_step=0)  # accumulating: no step yet
     0
+    >>> state.microbatch_index  # the clock keeps it equal to clock.micro
+    1
     >>> clock.end_micro_batch(state, samples=4, global_step=2)  # two optimizers stepped
     2
     >>> state.timestamp.batch.value, state.timestamp.sample.value
@@ -32,17 +34,33 @@ __all__ = ["StepClock"]
 
 
 class StepClock:
-    """Micro-batch, sample and wall-clock bookkeeping for one training loop."""
+    """Micro-batch, sample and wall-clock bookkeeping for one training loop.
 
-    def __init__(self) -> None:
-        #: micro-batches finished in the current optimizer step
-        self.micro = 0
+    Args:
+        state: the run's state; its ``microbatch_index`` is kept equal to :attr:`micro` (written
+            here only).
+    """
+
+    def __init__(self, state: State | None = None) -> None:
+        self._state = state
+        self._micro = 0
         self._samples = 0
         #: the samples the data hook saw for the micro-batch in flight (``None``: not seen)
         self.loaded_samples: int | None = None
         self._global_step = 0
         self._batch_started_at = 0.0
         self._eval_started_at = 0.0
+
+    @property
+    def micro(self) -> int:
+        """Micro-batches finished in the current optimizer step (``state.microbatch_index``)."""
+        return self._micro
+
+    @micro.setter
+    def micro(self, value: int) -> None:
+        self._micro = value
+        if self._state is not None:
+            self._state.microbatch_index = value
 
     def start_fit(self, global_step: int) -> None:
         """The loop (re)starts at Lightning's ``global_step`` (restored when resuming)."""
@@ -72,7 +90,6 @@ class StepClock:
         steps = int(global_step) - self._global_step
         if steps <= 0:
             self.micro += 1
-            state.microbatch_index = self.micro
             return 0
         self._global_step = int(global_step)
         # As in Composer, a batch's wall-clock runs from the end of the previous one (data loading
@@ -81,7 +98,6 @@ class StepClock:
         state.count_batch(self._samples, now - self._batch_started_at, batches=steps)
         self._batch_started_at = now
         self.reset_step()
-        state.microbatch_index = 0
         return steps
 
     def start_eval(self) -> None:

@@ -121,7 +121,6 @@ class ModuleSteps:
         """The module's ``on_after_batch_transfer`` in training: AFTER_DATALOADER may replace the batch."""
         state = self.state
         assert state is not None
-        state.microbatch_index = self.clock.micro
         state.batch = batch
         self.clock.loaded_samples = _batch_size(batch) or 0  # as loaded, before AFTER_DATALOADER (Composer's count)
         if self.listening:
