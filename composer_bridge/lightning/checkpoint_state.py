@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from composer_bridge.core.algorithm import Algorithm
+from composer_bridge.core.checkpoint_layout import FORMAT
 from composer_bridge.core.time import Time
 
 __all__ = [
@@ -38,7 +39,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-FORMAT = "composer_bridge/1"
 _PLAIN = (int, float, str, bool, type(None))
 
 
