@@ -202,7 +202,8 @@ class Engine:
         self.measure_cost = measure_cost
         self._cost: dict[str, list[float]] = {}
         self._sample = random.Random(0).random  # private: never touches the global random state
-        #: Called with no argument after a handler is added (the Lightning bridge starts listening then).
+        #: Called with no argument after a handler is added (a loop that skips events while nothing
+        #: listens, see :meth:`has_listeners`, learns here that something does).
         self.on_handler_added: Callable[[], None] | None = None
         for algorithm_pass, index in normalize_passes(algorithm_passes):
             self.register_pass(algorithm_pass, index)
@@ -288,7 +289,7 @@ class Engine:
 
     def fire(self, event: Event | str) -> Traces:
         """:meth:`run_event` for a loop that ignores the result: the traces returned may be the
-        engine's own cached object (read-only), not a copy. The Lightning bridge fires its events so."""
+        engine's own cached object (read-only), not a copy: no copy per event for a loop that fires many."""
         if self._closed:
             raise RuntimeError(
                 f"Engine.run_event({event!r}) after close(): the engine is shut down; create a new Engine."
@@ -298,7 +299,7 @@ class Engine:
         state = self.state
         algorithms = state._algorithms  # not the property: this runs a dozen times per step
         if not (algorithms or state.callbacks or self._handlers or self._user_passes):
-            return {}  # nothing listens (a bridge without algorithms): skip the bookkeeping below
+            return {}  # nothing listens (no algorithm, callback, handler or pass): skip the bookkeeping below
         traces = self._run_algorithms(event, state, algorithms) if algorithms or self._user_passes else {}
         for callback in state.callbacks:
             callback.run_event(event, state, self.logger)

@@ -43,6 +43,7 @@ from composer_bridge.core.time import Time, Timestamp, TimeUnit
 from composer_bridge.lightning import _compat, algorithm_runs
 from composer_bridge.lightning.cost_report import CostReport
 from composer_bridge.lightning.cost_report import cost_report as build_cost_report
+from composer_bridge.lightning.hook_map import HOOK_EVENTS
 from composer_bridge.lightning.module import ComposerModule, _batch_size, attach_bridge, detach_bridge
 from composer_bridge.lightning.module_hooks import ModuleHooks
 from composer_bridge.lightning.plan import Plan, make_plan
@@ -182,12 +183,13 @@ class BridgeRun(ModuleSteps):
         rebuilt = bridge._checkpoint.check_fits(
             state, raw, "state_dict" in checkpoint, _compat.restores_checkpoint_after_setup(strategy)
         )
+        (init,) = HOOK_EVENTS["setup"]  # the re-created algorithm missed the run's INIT: it gets its own
         for algorithm in rebuilt:
             algorithm_runs.bind(algorithm, algorithm_runs.new_run_id())
             state.algorithms = [*state.algorithms, algorithm]
             bridge.algorithms = state.algorithms
-            if algorithm.match(Event.INIT, state):
-                algorithm.apply(Event.INIT, state, self.logger)
+            if algorithm.match(init, state):
+                algorithm.apply(init, state, self.logger)
 
     # ------------------------------------------------------------------------------------------
     # fit
