@@ -38,10 +38,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
+
+from composer_bridge.algorithms._pil_images import is_pil_image, levels_to_pil, pil_to_levels
+
+if TYPE_CHECKING:
+    from PIL.Image import Image as PILImage
 
 __all__ = [
     "AUGMENTATION_SETS",
@@ -537,16 +542,21 @@ def check_augmentation_set(augmentation_set: str | Sequence[str], where: str) ->
     return names
 
 
-def to_batch(img: torch.Tensor, where: str) -> tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]:
+def to_batch(img: torch.Tensor | PILImage, where: str) -> tuple[torch.Tensor, Callable[[torch.Tensor], Any]]:
     """``img`` as a floating ``(N, C, H, W)`` batch in ``[0, 1]``, and the function that puts a result back.
 
     ``(C, H, W)`` images become a batch of one; ``uint8`` images are read as ``level / 255`` and
-    rounded back; half-precision images are computed in float32. Values outside ``[0, 1]`` are
-    left for the caller to clip (chunk by chunk, while they are in the cache).
+    rounded back; half-precision images are computed in float32. A Pillow image (mode ``"L"`` or
+    ``"RGB"``) takes the ``uint8`` path and comes back as a Pillow image of its mode, so it gets
+    exactly what its ``uint8`` tensor would. Values outside ``[0, 1]`` are left for the caller to
+    clip (chunk by chunk, while they are in the cache).
     """
+    if is_pil_image(img):
+        images, restore_levels = to_batch(pil_to_levels(img, where), where)
+        return images, lambda result: levels_to_pil(restore_levels(result), img)
     if not isinstance(img, torch.Tensor) or img.ndim not in (3, 4):
         raise TypeError(
-            f"{where} needs an image tensor (C, H, W) or a batch (N, C, H, W), got "
+            f"{where} needs an image tensor (C, H, W), a batch (N, C, H, W) or a Pillow image, got "
             f"{type(img).__name__}{tuple(img.shape) if isinstance(img, torch.Tensor) else ''}."
         )
     dtype = img.dtype

@@ -98,8 +98,17 @@ def replace_norms_in_low_precision(
         model, {norm: lambda layer, index: make_twin(layer)}, optimizers=optimizers, skip=(low_precision,)
     )
     if not done:
-        warn_no_effect(algorithm, f"nn.{norm.__name__}", stacklevel=4)
+        warn_no_effect(algorithm, f"nn.{norm.__name__}", stacklevel=4, fix=_rms_norm_hint(model, algorithm))
     return len(done)
+
+
+def _rms_norm_hint(model: nn.Module, algorithm: str) -> str:
+    """The no-effect advice, naming RMS norm layers (Llama's ``LlamaRMSNorm``, ``nn.RMSNorm``) if the model has them."""
+    advice = "Check the model if you expected it to change."
+    rms = sorted({type(m).__name__ for m in model.modules() if "RMSNorm" in type(m).__name__})
+    if not rms:
+        return advice
+    return f"{advice} Its {', '.join(rms)} layers are RMS norms, not the norm {algorithm} replaces; they are left alone."
 
 
 def check_apply_at(apply_at: Event | str, algorithm: str) -> str:

@@ -289,16 +289,17 @@ def disable_fused_transformer_paths(model: nn.Module) -> None:
             module.use_nested_tensor = False
 
 
-def warn_no_effect(algorithm: str, looked_for: str, stacklevel: int = 3) -> None:
-    """Warn that ``algorithm`` changed nothing, naming what it looked for.
+def warn_no_effect(algorithm: str, looked_for: str, stacklevel: int = 3, fix: str = "") -> None:
+    """Warn that ``algorithm`` changed nothing, naming what it looked for (and ``fix``, what to do, if given).
 
     The warning points at the caller of the function that calls this one (raise ``stacklevel`` by one
     for each further level of library code in between).
     """
+    advice = fix or f"Check the model (or {algorithm}'s thresholds) if you expected it to change."
     warnings.warn(
         NoEffectWarning(
             f"{algorithm} replaced no module: the model has no {looked_for}, or {algorithm} was already applied. "
-            f"Check the model (or {algorithm}'s thresholds) if you expected it to change."
+            f"{advice}"
         ),
         stacklevel=stacklevel,
     )

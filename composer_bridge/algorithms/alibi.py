@@ -13,7 +13,8 @@ What the surgery knows (its default *policy*):
   ``max_sequence_length`` (in place).
 
 Other libraries' classes are added to the defaults with :func:`register_alibi_policy`
-(:mod:`composer_bridge.hf` registers Hugging Face's GPT-2, BERT and Llama attention when imported).
+(:mod:`composer_bridge.hf` registers Hugging Face's GPT-2, BERT and Llama attention; it is imported
+by itself the first time a model holding ``transformers`` classes meets the surgery).
 Your own classes: pass ``policy={MyAttention: fn}`` where ``fn(module, max_sequence_length)``
 returns the replacement (or the module changed in place, or ``None`` to skip it).
 :func:`alibi_slopes` and :func:`alibi_bias` give the bias; entries you pass override the
@@ -38,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from composer_bridge.algorithms._library_policies import load_library_policies, unloaded_policies_hint
 from composer_bridge.algorithms._surgery import (
     Optimizers,
     SurgeryAlgorithm,
@@ -179,8 +181,9 @@ _REGISTERED: dict[type, Callable[[nn.Module, int], nn.Module | None]] = {}
 def register_alibi_policy(cls: type, fn: Callable[[nn.Module, int], nn.Module | None]) -> None:
     """Add ``cls`` to the default policy: ``fn(module, max_sequence_length)`` converts its instances.
 
-    For packages that teach ALiBi another library's classes (``import composer_bridge.hf`` does it
-    for Hugging Face models); registering a class again replaces its function.
+    For packages that teach ALiBi another library's classes (``composer_bridge.hf`` does it for
+    Hugging Face models, imported by :func:`apply_alibi` when the model holds ``transformers``
+    classes); registering a class again replaces its function.
     """
     if not (isinstance(cls, type) and issubclass(cls, nn.Module)) or not callable(fn):
         raise TypeError(f"register_alibi_policy({cls!r}, {fn!r}): needs an nn.Module subclass and a function.")
@@ -243,18 +246,25 @@ def apply_alibi(
         The number of modules replaced or changed (a warning is raised when it is zero).
     """
     _check(max_sequence_length)
+    load_library_policies(model)  # a transformers model: composer_bridge.hf registers its classes
 
     def bound(fn: Callable[[nn.Module, int], nn.Module | None]) -> Callable[[nn.Module, int], nn.Module | None]:
         return lambda module, index: fn(module, max_sequence_length)
 
-    policies = {cls: bound(fn) for cls, fn in _merge_policy(policy).items()}
+    merged = _merge_policy(policy)
+    policies = {cls: bound(fn) for cls, fn in merged.items()}
     done = replace_modules(
         model, policies, optimizers=optimizers, skip=(AlibiCausalSelfAttention, AlibiMultiheadAttention)
     )
     if done:
         disable_fused_transformer_paths(model)
     else:
-        warn_no_effect("Alibi", "attention module it knows (pass policy={YourAttention: fn} for your own)")
+        known = ", ".join(sorted(cls.__name__ for cls in merged))
+        warn_no_effect(
+            "Alibi", f"attention module it knows ({known})",
+            fix="For your own attention class pass policy={YourAttention: fn(module, max_sequence_length)}; for "
+            f"another library's, register_alibi_policy(cls, fn).{unloaded_policies_hint()}",
+        )
     return len(done)
 
 

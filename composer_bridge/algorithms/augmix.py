@@ -2,9 +2,9 @@
 
 Functional form :func:`augmix_image`; the :class:`AugMix` algorithm applies it to every training
 micro-batch at ``AFTER_DATALOADER``, on the batch's device, and :class:`AugmentAndMixTransform`
-to single images in a ``Dataset``. Unlike Composer's (Pillow images in the data loader workers),
-the augmentations here are tensor operations on the whole batch; each image still gets its own
-chains, ops, magnitudes and mixing weights.
+to single images (tensors or Pillow images) in a ``Dataset``. Unlike Composer's (Pillow operations
+in the data loader workers), the augmentations here are tensor operations on the whole batch;
+each image still gets its own chains, ops, magnitudes and mixing weights.
 
 Example:
     >>> import torch
@@ -39,6 +39,8 @@ from composer_bridge.core.batch import BatchKey
 from composer_bridge.core.event import Event
 
 if TYPE_CHECKING:
+    from PIL.Image import Image as PILImage
+
     from composer_bridge.core.logger import Logger
     from composer_bridge.core.state import State
 
@@ -66,14 +68,14 @@ def _check(severity: float, depth: int, width: int, alpha: float, augmentation_s
 
 
 def augmix_image(
-    img: torch.Tensor,
+    img: torch.Tensor | PILImage,
     severity: float = 3,
     depth: int = -1,
     width: int = 3,
     alpha: float = 1.0,
     augmentation_set: str | Sequence[str] = "all",
     generator: torch.Generator | None = None,
-) -> torch.Tensor:
+) -> torch.Tensor | PILImage:
     """AugMix every image: ``(1 - m) * x + m * sum_i w_i * chain_i(x)``.
 
     For each image: ``width`` chains of ``depth`` ops (or 1 to 3 ops each when ``depth == -1``),
@@ -83,7 +85,8 @@ def augmix_image(
 
     Args:
         img: an image ``(C, H, W)`` or a batch ``(N, C, H, W)``: floating point with values in
-            ``[0, 1]`` (values outside are clipped), or ``uint8``.
+            ``[0, 1]`` (values outside are clipped), or ``uint8``; or a Pillow image of mode
+            ``"L"`` or ``"RGB"`` (it gets what its ``uint8`` tensor gets).
         severity: how strong each op is, from 0 to 10. Default ``3``.
         depth: ops per chain, ``>= 1``, or ``-1`` (default) for 1 to 3 at random per chain.
         width: chains per image. Default ``3``.
@@ -93,7 +96,7 @@ def augmix_image(
             global generator.
 
     Returns:
-        A new tensor of ``img``'s shape and dtype.
+        A new tensor of ``img``'s shape and dtype, or a new Pillow image of ``img``'s mode.
 
     Example:
         >>> import torch
@@ -129,9 +132,11 @@ def augmix_image(
 
 
 class AugmentAndMixTransform(torch.nn.Module):
-    """:func:`augmix_image` as a dataset transform for single images (tensors, not Pillow images).
+    """:func:`augmix_image` as a dataset transform for single images: tensors or Pillow images.
 
-    Draws from torch's global generator, which the ``DataLoader`` seeds in each worker.
+    A Pillow image (mode ``"L"`` or ``"RGB"``, what torchvision's datasets give before
+    ``ToTensor``) comes back as a Pillow image of its mode, with the pixels its ``uint8`` tensor
+    would get. Draws from torch's global generator, which the ``DataLoader`` seeds in each worker.
 
     Args:
         severity: see :class:`AugMix`. Default ``3``.
@@ -156,7 +161,7 @@ class AugmentAndMixTransform(torch.nn.Module):
         self.alpha = alpha
         self.augmentation_set = augmentation_set
 
-    def forward(self, img: torch.Tensor) -> torch.Tensor:
+    def forward(self, img: torch.Tensor | PILImage) -> torch.Tensor | PILImage:
         return augmix_image(img, self.severity, self.depth, self.width, self.alpha, self.augmentation_set)
 
     def extra_repr(self) -> str:

@@ -4,7 +4,9 @@ Functional form :func:`colout_batch`; the :class:`ColOut` algorithm applies it t
 micro-batch at ``AFTER_DATALOADER`` (the same rows and columns for every image of the batch, or,
 with ``batch=False``, different ones for each image; per-pixel targets with the images' height and
 width lose the same ones as their image). :class:`ColOutTransform` does it to single samples in a
-``Dataset``. Tensor operations only (no Pillow, no torchvision).
+``Dataset``: tensors, or Pillow images as torchvision pipelines hold them before ``ToTensor``
+(any mode; the result is an image of the same mode holding exactly the kept pixels). Pillow is
+never imported here, only recognised when given.
 
 Example:
     >>> import torch
@@ -16,15 +18,18 @@ Example:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+from composer_bridge.algorithms._pil_images import is_pil_image, pil_array, pil_from_array
 from composer_bridge.core.algorithm import Algorithm
 from composer_bridge.core.batch import BatchKey
 from composer_bridge.core.event import Event
 
 if TYPE_CHECKING:
+    from PIL.Image import Image as PILImage
+
     from composer_bridge.core.logger import Logger
     from composer_bridge.core.state import State
 
@@ -83,15 +88,52 @@ def _take_per_sample(x: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) ->
     return flat.reshape(*x.shape[:-2], rows.shape[1], cols.shape[1])
 
 
+def _spatial_size(image: Any) -> tuple[int, int] | None:
+    """``(H, W)`` of a Pillow image or of a tensor's last two dimensions; ``None`` for anything else."""
+    if is_pil_image(image):
+        return image.height, image.width
+    if isinstance(image, torch.Tensor) and image.ndim >= 2:
+        return image.shape[-2], image.shape[-1]
+    return None
+
+
+def _take(image: Any, rows: torch.Tensor, cols: torch.Tensor) -> Any:
+    """The kept rows and columns of one Pillow image (same mode) or tensor ``(..., H, W)``."""
+    if is_pil_image(image):
+        kept = rows.cpu().numpy(), cols.cpu().numpy()
+        return pil_from_array(pil_array(image)[kept[0]][:, kept[1]], image)
+    return image.index_select(-2, rows.to(image.device)).index_select(-1, cols.to(image.device))
+
+
+def _colout_pil(
+    image: PILImage, target: Any, pair: bool, p_row: float, p_col: float, resize_target: bool | str,
+    generator: torch.Generator | None,
+) -> Any:
+    """:func:`colout_batch` for one Pillow image: the rows and columns the same draws give its tensor."""
+    height, width = image.height, image.width
+    rows = _kept_indices(height, p_row, torch.device("cpu"), generator)
+    cols = _kept_indices(width, p_col, torch.device("cpu"), generator)
+    smaller = _take(image, rows, cols)
+    if not pair:
+        return smaller
+    resize = resize_target if isinstance(resize_target, bool) else _spatial_size(target) == (height, width)
+    if resize and _spatial_size(target) is None:
+        raise TypeError(
+            f"colout_batch(resize_target=True) needs a target Pillow image or tensor (..., H, W), got "
+            f"{type(target).__name__}."
+        )
+    return smaller, (_take(target, rows, cols) if resize else target)
+
+
 def colout_batch(
-    sample: torch.Tensor | tuple[torch.Tensor, torch.Tensor],
+    sample: torch.Tensor | PILImage | tuple[torch.Tensor | PILImage, Any],
     p_row: float = 0.15,
     p_col: float = 0.15,
     resize_target: bool | str = "auto",
     generator: torch.Generator | None = None,
     *,
     per_sample: bool = False,
-) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+) -> torch.Tensor | PILImage | tuple[torch.Tensor | PILImage, Any]:
     """Drop random rows and columns from a batch of images (and optionally its targets).
 
     ``int((1 - p_row) * H)`` rows and ``int((1 - p_col) * W)`` columns are kept (at least one
@@ -99,8 +141,14 @@ def colout_batch(
     an independent choice for each image of an ``(N, C, H, W)`` batch (its target loses the
     same ones as its image). The output keeps one size either way.
 
+    A Pillow image (``sample`` or the first of a pair) is one image: its pixels are kept or dropped
+    as those of its tensor would be with the same draws, and it comes back as a Pillow image of its
+    mode; a Pillow target of the same size (or a tensor ``(..., H, W)``) loses the same rows and
+    columns under ``'auto'``.
+
     Args:
-        sample: images ``(N, C, H, W)`` or one image ``(C, H, W)``, or a pair ``(images, targets)``.
+        sample: images ``(N, C, H, W)`` or one image ``(C, H, W)`` or a Pillow image, or a pair
+            ``(images, targets)``.
         p_row: fraction of rows to drop, in ``[0, 1]``. Default ``0.15``.
         p_col: fraction of columns to drop, in ``[0, 1]``. Default ``0.15``.
         resize_target: for a pair, whether to drop the same rows and columns from the targets;
@@ -125,8 +173,18 @@ def colout_batch(
     if pair and len(sample) != 2:
         raise ValueError(f"colout_batch takes images or an (images, targets) pair, got a sequence of {len(sample)}.")
     images = sample[0] if pair else sample
+    if is_pil_image(images):
+        if per_sample:
+            raise ValueError(
+                "colout_batch(per_sample=True) needs a batch of images (N, C, H, W); a Pillow image is one sample "
+                "already: use per_sample=False."
+            )
+        return _colout_pil(images, sample[1] if pair else None, pair, p_row, p_col, resize_target, generator)
     if not isinstance(images, torch.Tensor) or images.ndim < 2:
-        raise TypeError(f"colout_batch needs image tensors (N, C, H, W) or (C, H, W), got {type(images).__name__}.")
+        raise TypeError(
+            f"colout_batch needs image tensors (N, C, H, W) or (C, H, W), or a Pillow image, got "
+            f"{type(images).__name__}."
+        )
     if per_sample and images.ndim < 4:
         raise ValueError(
             f"colout_batch(per_sample=True) needs a batch of images (N, C, H, W), got shape {tuple(images.shape)}; "
@@ -152,18 +210,20 @@ def colout_batch(
 
 
 class ColOutTransform:
-    """Drop random rows and columns from one sample: a dataset transform (tensors only).
+    """Drop random rows and columns from one sample: a dataset transform.
 
-    Call it on an image ``(C, H, W)`` or an ``(image, target)`` pair, e.g. in a ``Dataset``'s
-    ``__getitem__`` or a torchvision ``Compose`` after ``ToTensor``. Each call draws afresh (from
-    ``generator`` if given, else torch's global generator, seeded per worker by the DataLoader).
+    Call it on an image (a ``(C, H, W)`` tensor or a Pillow image) or an ``(image, target)`` pair,
+    e.g. in a ``Dataset``'s ``__getitem__`` or a torchvision ``Compose``, before or after
+    ``ToTensor``: a Pillow image comes back as a Pillow image of its mode, holding exactly the
+    pixels its tensor would keep with the same draws. Each call draws afresh (from ``generator``
+    if given, else torch's global generator, seeded per worker by the DataLoader).
 
     Args:
         p_row: fraction of rows to drop, in ``[0, 1]``. Default ``0.15``.
         p_col: fraction of columns to drop, in ``[0, 1]``. Default ``0.15``.
         resize_target: drop the same rows and columns from the target: ``True``, ``False`` or
             ``'auto'`` (default: when the target's last two dimensions are the image's height and
-            width, e.g. an ``(H, W)`` mask).
+            width, e.g. an ``(H, W)`` mask, or the target is a Pillow image of the image's size).
         generator: an optional source of the draws.
 
     Example:
@@ -172,6 +232,10 @@ class ColOutTransform:
         >>> image, mask = transform((torch.randn(3, 8, 8), torch.zeros(8, 8)))
         >>> image.shape, mask.shape
         (torch.Size([3, 4, 6]), torch.Size([4, 6]))
+        >>> from PIL import Image
+        >>> smaller = transform(Image.new("RGB", (8, 8)))  # Pillow's size is (width, height)
+        >>> smaller.mode, smaller.size
+        ('RGB', (6, 4))
     """
 
     def __init__(
@@ -190,14 +254,16 @@ class ColOutTransform:
         self.generator = generator
 
     def __call__(
-        self, sample: torch.Tensor | tuple[torch.Tensor, torch.Tensor]
-    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        self, sample: torch.Tensor | PILImage | tuple[torch.Tensor | PILImage, Any]
+    ) -> torch.Tensor | PILImage | tuple[torch.Tensor | PILImage, Any]:
+        """``sample``: an image (tensor ``(C, H, W)`` or Pillow image) or an ``(image, target)`` pair."""
         pair = isinstance(sample, (tuple, list))
         images = sample[0] if pair else sample
+        if is_pil_image(images):
+            return colout_batch(sample, self.p_row, self.p_col, self.resize_target, self.generator)
         if not isinstance(images, torch.Tensor):
             raise TypeError(
-                f"ColOutTransform works on tensors (C, H, W), got {type(images).__name__}; convert Pillow images "
-                "first (e.g. torchvision's ToTensor() or PILToTensor() before it in the Compose)."
+                f"ColOutTransform works on tensors (C, H, W) and Pillow images, got {type(images).__name__}."
             )
         resize = self.resize_target
         if pair and resize == "auto":  # one sample: an (H, W) mask is per-pixel too

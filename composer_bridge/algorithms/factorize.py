@@ -344,6 +344,16 @@ def _check(factorize_convs: bool, factorize_linears: bool, min_channels: int, la
             )
 
 
+def _conv1d_hint(model: nn.Module) -> str:
+    """What to do when ``model`` computes with Hugging Face's ``Conv1D`` (GPT-2), which is no ``nn.Linear``."""
+    if not any(type(m).__name__ == "Conv1D" and type(m).__module__.startswith("transformers.") for m in model.modules()):
+        return ""
+    return (
+        " The model's transformers Conv1D layers (GPT-2's) are linear layers with a transposed weight, not "
+        "nn.Linear: convert them first with composer_bridge.hf.conv1d_to_linear(model)."
+    )
+
+
 def apply_factorization(
     model: nn.Module,
     factorize_convs: bool = True,
@@ -408,7 +418,10 @@ def apply_factorization(
     if done:
         disable_fused_transformer_paths(model)
     else:
-        warn_no_effect("Factorize", "Conv2d/Linear layer wide enough (min_channels/min_features) to gain from it")
+        warn_no_effect(
+            "Factorize", "Conv2d/Linear layer wide enough (min_channels/min_features) to gain from it",
+            fix=f"Check the model (or Factorize's thresholds) if you expected it to change.{_conv1d_hint(model)}",
+        )
     return len(done)
 
 

@@ -12,7 +12,8 @@ What the surgery knows (its default *policy*):
   activation the identity (in place; PyTorch's fused inference path is turned off for it).
 
 Other libraries' classes are added to the defaults with :func:`register_glu_policy`
-(:mod:`composer_bridge.hf` registers Hugging Face's BERT and GPT-2 feed-forward blocks when imported).
+(:mod:`composer_bridge.hf` registers Hugging Face's BERT and GPT-2 feed-forward blocks; it is imported by
+itself the first time a model holding ``transformers`` classes meets the surgery).
 Your own classes: ``policy={MyFFN: fn}`` with ``fn(module, act_fn, gated_layer_bias,
 non_gated_layer_bias)`` returning the replacement (or ``None``); ``act_fn`` is ``None`` when the
 user left it to the model. :class:`GatedFeedForward` and :class:`GatedProjection` are building blocks.
@@ -36,6 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from composer_bridge.algorithms._library_policies import load_library_policies, unloaded_policies_hint
 from composer_bridge.algorithms._surgery import (
     Optimizers,
     SurgeryAlgorithm,
@@ -136,8 +138,9 @@ _REGISTERED: dict[type, Callable[..., nn.Module | None]] = {}
 def register_glu_policy(cls: type, fn: Callable[..., nn.Module | None]) -> None:
     """Add ``cls`` to the default policy: ``fn(module, act_fn, gated_layer_bias, non_gated_layer_bias)``.
 
-    For packages that teach GatedLinearUnits another library's classes (``import composer_bridge.hf``
-    does it for Hugging Face models); registering a class again replaces its function.
+    For packages that teach GatedLinearUnits another library's classes (``composer_bridge.hf`` does it
+    for Hugging Face models, imported by :func:`apply_gated_linear_units` when the model holds
+    ``transformers`` classes); registering a class again replaces its function.
     """
     if not (isinstance(cls, type) and issubclass(cls, nn.Module)) or not callable(fn):
         raise TypeError(f"register_glu_policy({cls!r}, {fn!r}): needs an nn.Module subclass and a function.")
@@ -192,6 +195,7 @@ def apply_gated_linear_units(
         The number of feed-forward blocks converted (a warning is raised when it is zero).
     """
     _check(act_fn, gated_layer_bias, non_gated_layer_bias, policy)
+    load_library_policies(model)  # a transformers model: composer_bridge.hf registers its classes
     entries = {**dict(policy or {}), **{k: v for k, v in default_glu_policy().items() if k not in (policy or {})}}
 
     def bound(fn: Callable[..., nn.Module | None]) -> Callable[[nn.Module, int], nn.Module | None]:
@@ -202,7 +206,12 @@ def apply_gated_linear_units(
     if done:
         disable_fused_transformer_paths(model)
     else:
-        warn_no_effect("GatedLinearUnits", "feed-forward block it knows (pass policy={YourFFN: fn} for your own)")
+        known = ", ".join(sorted(cls.__name__ for cls in entries))
+        warn_no_effect(
+            "GatedLinearUnits", f"feed-forward block it knows ({known})",
+            fix="For your own feed-forward class pass policy={YourFFN: fn(module, act_fn, gated_layer_bias, "
+            f"non_gated_layer_bias)}}; for another library's, register_glu_policy(cls, fn).{unloaded_policies_hint()}",
+        )
     return len(done)
 
 

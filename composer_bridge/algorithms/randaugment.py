@@ -2,9 +2,9 @@
 
 Functional form :func:`randaugment_image`; the :class:`RandAugment` algorithm applies it to every
 training micro-batch at ``AFTER_DATALOADER``, on the batch's device, and
-:class:`RandAugmentTransform` to single images in a ``Dataset``. Unlike Composer's (Pillow images
-in the data loader workers), the augmentations here are tensor operations on the whole batch;
-each image still gets its own ops and magnitudes. The ops and Composer's severity scale are
+:class:`RandAugmentTransform` to single images (tensors or Pillow images) in a ``Dataset``. Unlike
+Composer's (Pillow operations in the data loader workers), the augmentations here are tensor
+operations on the whole batch; each image still gets its own ops and magnitudes. The ops and Composer's severity scale are
 described in :mod:`composer_bridge.algorithms._augment_ops`.
 
 Example:
@@ -37,6 +37,8 @@ from composer_bridge.core.batch import BatchKey
 from composer_bridge.core.event import Event
 
 if TYPE_CHECKING:
+    from PIL.Image import Image as PILImage
+
     from composer_bridge.core.logger import Logger
     from composer_bridge.core.state import State
 
@@ -51,12 +53,12 @@ def _check(severity: float, depth: int, augmentation_set: str | Sequence[str], w
 
 
 def randaugment_image(
-    img: torch.Tensor,
+    img: torch.Tensor | PILImage,
     severity: float = 9,
     depth: int = 2,
     augmentation_set: str | Sequence[str] = "all",
     generator: torch.Generator | None = None,
-) -> torch.Tensor:
+) -> torch.Tensor | PILImage:
     """Apply ``depth`` ops, each drawn uniformly (with replacement) from ``augmentation_set``, to every image.
 
     Each image draws its own ops and magnitudes (a level ``U(0.1, severity)`` per op, mapped onto
@@ -64,7 +66,8 @@ def randaugment_image(
 
     Args:
         img: an image ``(C, H, W)`` or a batch ``(N, C, H, W)``: floating point with values in
-            ``[0, 1]`` (values outside are clipped), or ``uint8``.
+            ``[0, 1]`` (values outside are clipped), or ``uint8``; or a Pillow image of mode
+            ``"L"`` or ``"RGB"`` (it gets what its ``uint8`` tensor gets).
         severity: how strong each op is, from 0 to 10. Default ``9``.
         depth: ops per image. Default ``2``.
         augmentation_set: ``"all"`` (default), ``"safe"``, ``"original"``, or a sequence of op
@@ -73,7 +76,7 @@ def randaugment_image(
             global generator.
 
     Returns:
-        A new tensor of ``img``'s shape and dtype.
+        A new tensor of ``img``'s shape and dtype, or a new Pillow image of ``img``'s mode.
 
     Example:
         >>> import torch
@@ -86,7 +89,7 @@ def randaugment_image(
     names = _check(severity, depth, augmentation_set, "randaugment_image")
     images, restore = to_batch(img, "randaugment_image")
     if depth == 0:
-        return img.clone()
+        return restore(images.clone())
     steps = [draw_step(images.shape[0], len(names), generator, images.device) for _ in range(depth)]
     out = torch.empty_like(images)
     for rows in chunks(images):
@@ -98,9 +101,11 @@ def randaugment_image(
 
 
 class RandAugmentTransform(torch.nn.Module):
-    """:func:`randaugment_image` as a dataset transform for single images (tensors, not Pillow images).
+    """:func:`randaugment_image` as a dataset transform for single images: tensors or Pillow images.
 
-    Draws from torch's global generator, which the ``DataLoader`` seeds in each worker.
+    A Pillow image (mode ``"L"`` or ``"RGB"``, what torchvision's datasets give before
+    ``ToTensor``) comes back as a Pillow image of its mode, with the pixels its ``uint8`` tensor
+    would get. Draws from torch's global generator, which the ``DataLoader`` seeds in each worker.
 
     Args:
         severity: see :class:`RandAugment`. Default ``9``.
@@ -121,7 +126,7 @@ class RandAugmentTransform(torch.nn.Module):
         self.depth = depth
         self.augmentation_set = augmentation_set
 
-    def forward(self, img: torch.Tensor) -> torch.Tensor:
+    def forward(self, img: torch.Tensor | PILImage) -> torch.Tensor | PILImage:
         return randaugment_image(img, self.severity, self.depth, self.augmentation_set)
 
     def extra_repr(self) -> str:

@@ -18,8 +18,7 @@ refused with an error.
 
 Example:
     >>> import torch, transformers
-    >>> from composer_bridge.functional import apply_alibi
-    >>> import composer_bridge.hf  # registers these classes with Alibi
+    >>> from composer_bridge.functional import apply_alibi  # no other import: it finds these classes
     >>> config = transformers.GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=32, n_positions=16)
     >>> gpt2 = transformers.GPT2LMHeadModel(config)
     >>> apply_alibi(gpt2, max_sequence_length=64)  # the GPT2Model's wpe + one attention layer

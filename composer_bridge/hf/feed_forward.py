@@ -12,8 +12,7 @@ Llama's MLP is already gated (SwiGLU): GatedLinearUnits leaves it alone.
 
 Example:
     >>> import transformers
-    >>> from composer_bridge.functional import apply_gated_linear_units
-    >>> import composer_bridge.hf  # registers these classes with GatedLinearUnits
+    >>> from composer_bridge.functional import apply_gated_linear_units  # no other import needed
     >>> config = transformers.BertConfig(num_hidden_layers=2, hidden_size=16, num_attention_heads=2,
     ...                                  intermediate_size=32, vocab_size=32)
     >>> bert = transformers.BertForMaskedLM(config)

@@ -2,7 +2,9 @@
 
 ``import composer_bridge.hf`` calls :func:`register_hf_policies` once; calling it again changes
 nothing (a registered class is replaced by itself). The algorithms never import ``transformers``:
-they only hold what was registered.
+they hold what was registered, and ``Alibi``/``GatedLinearUnits`` import ``composer_bridge.hf``
+themselves when the model they change holds a class from ``transformers`` (told by its module
+name, see ``composer_bridge.algorithms._library_policies``), so users need not import it first.
 
 =========================  ==============================================  ===========================
 algorithm                  Hugging Face classes                            how

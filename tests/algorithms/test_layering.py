@@ -86,7 +86,7 @@ def test_shared_names_stay_importable_where_users_import_them() -> None:
     )
 
 
-@pytest.mark.parametrize("name", ["_draws", "_boxes", "_targets", "_mixing", "_low_precision"])
+@pytest.mark.parametrize("name", ["_draws", "_boxes", "_targets", "_mixing", "_low_precision", "_library_policies", "_pil_images"])
 def test_private_modules_docstring_examples_run(name: str) -> None:
     module = importlib.import_module(f"{PACKAGE}.{name}")
     assert doctest.testmod(module).failed == 0
