@@ -96,7 +96,11 @@ def _bridge_of(module: torch.nn.Module) -> Any:
 
 
 def attach_bridge(module: torch.nn.Module, bridge: Any) -> None:
-    """Let ``module``'s steps call back into ``bridge`` (held weakly: copies of the module stay small)."""
+    """Let ``module``'s steps call ``bridge``'s step API (:class:`~composer_bridge.lightning.steps.ModuleSteps`).
+
+    Held weakly: copies of the module stay small, and a run the callback dropped leaves the module
+    training as a plain LightningModule.
+    """
     module.__dict__["_composer_bridge"] = weakref.ref(bridge)
 
 
