@@ -70,6 +70,8 @@ from typing import Any, NamedTuple
 
 import torch
 
+from composer_bridge.search.scoring import strict_speedup, time_to_reach  # noqa: F401  (time_to_reach: examples/demo.py uses pareto.time_to_reach)
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))
 
@@ -396,48 +398,6 @@ def language_task(quick: bool, posthoc: bool = False, options: TrainerOptions = 
 def _curve(runs: list[Run]) -> list[tuple[float, float]]:
     """(time, quality) points ordered by budget."""
     return [(r.seconds, r.quality) for r in sorted(runs, key=lambda r: r.budget)]
-
-
-def time_to_reach(curve: list[tuple[float, float]], target: float, higher_is_better: bool) -> float | None:
-    """The first time the piecewise-linear curve through ``curve`` (time-ordered) reaches ``target``.
-
-    Starts at the first point (no extrapolation before it or after the last one); ``None`` if the
-    curve never gets there.
-
-    Example:
-        >>> round(time_to_reach([(1.0, 0.5), (3.0, 0.9)], 0.7, higher_is_better=True), 6)
-        2.0
-        >>> time_to_reach([(1.0, 0.5), (3.0, 0.9)], 0.95, higher_is_better=True) is None
-        True
-    """
-    sign = 1.0 if higher_is_better else -1.0
-    goal = sign * target
-    previous: tuple[float, float] | None = None
-    for t, q in curve:
-        if sign * q >= goal - 1e-12:
-            if previous is None or sign * previous[1] >= goal:
-                return t
-            t0, q0 = previous[0], sign * previous[1]
-            return t0 + (t - t0) * (goal - q0) / (sign * q - q0)
-        previous = (t, q)
-    return None
-
-
-def strict_speedup(base: list[tuple[float, float]], recipe: list[tuple[float, float]],
-                   higher_is_better: bool) -> tuple[float | None, float, float, float | None]:
-    """``(speed-up or None, Q, baseline's time to Q, recipe's time to Q)`` for one pair of curves.
-
-    Example:
-        >>> strict_speedup([(1, 0.8), (2, 0.9), (4, 0.95)], [(0.5, 0.85), (1, 0.93), (2, 0.97)], True)
-        (2.666667, 0.95, 4.0, 1.5)
-    """
-    best = max(q for _, q in base) if higher_is_better else min(q for _, q in base)
-    t_base = time_to_reach(base, best, higher_is_better)
-    assert t_base is not None
-    t_recipe = time_to_reach(recipe, best, higher_is_better)
-    speed = t_base / t_recipe if t_recipe else None
-    return (None if speed is None else round(speed, 6), best, t_base,
-            None if t_recipe is None else round(t_recipe, 6))
 
 
 def _mean_sd(values: Sequence[float], fmt: str) -> str:

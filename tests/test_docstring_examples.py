@@ -19,7 +19,7 @@ COVERED_ELSEWHERE = ("composer_bridge.core", "composer_bridge.passes", "composer
 MODULES = sorted(
     info.name
     for info in pkgutil.walk_packages(composer_bridge.__path__, "composer_bridge.")
-    if not info.name.startswith(COVERED_ELSEWHERE)
+    if not info.name.startswith(COVERED_ELSEWHERE) and not info.name.endswith(".__main__")  # a CLI, run on import
 ) + ["composer_bridge"]
 # Packages that only re-export, and the private table of augmentation ops (its ops are tested one by one).
 WITHOUT_EXAMPLES = {
@@ -28,6 +28,9 @@ WITHOUT_EXAMPLES = {
     "composer_bridge.functional",
     "composer_bridge.lightning",
     "composer_bridge.models",
+    # no example yet: the recipe search's exception classes, and its loop (each example would run fits)
+    "composer_bridge.search.errors",
+    "composer_bridge.search.search",
 }
 
 

@@ -34,6 +34,7 @@ from typing import Any, ClassVar
 
 import torch
 from torch import nn
+from transformers.cache_utils import Cache
 from transformers.models.bert import modeling_bert
 from transformers.models.bert.modeling_bert import BertModel, BertSelfAttention
 from transformers.models.gpt2.modeling_gpt2 import GPT2Attention, GPT2Model
@@ -108,11 +109,14 @@ class AlibiAttention(nn.Module):
     #: Llama-style models encode positions by rotating queries and keys; ALiBi turns that off.
     disables_rotary: ClassVar[bool] = False
     _signature: ClassVar[inspect.Signature]
+    _var_keyword: ClassVar[str | None]
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         original = next(base for base in cls.__mro__[1:] if base is not AlibiAttention and "forward" in vars(base))
         cls._signature = inspect.signature(original.forward)
+        cls._var_keyword = next((p.name for p in cls._signature.parameters.values()
+                                 if p.kind is inspect.Parameter.VAR_KEYWORD), None)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         bound = self._signature.bind(self, *args, **kwargs)
@@ -137,11 +141,19 @@ class AlibiAttention(nn.Module):
         return super().forward(*bound.args[1:], **bound.kwargs)
 
 
-def _cached_length(module: nn.Module, arguments: dict[str, Any]) -> int:
-    cache = arguments.get("past_key_values")
-    if cache is None or not hasattr(cache, "get_seq_length"):
+def _cached_length(module: AlibiAttention, arguments: dict[str, Any]) -> int:
+    """How many keys the cache holds for ``module``'s layer before this call (0 without a cache).
+
+    The cache is found by its type, not by its argument's name: transformers calls it
+    ``past_key_values`` up to 5.23 and ``cache`` from 5.24 on (where a caller may still pass the old
+    name, which then arrives in ``**kwargs``). With ``attention_mask=None`` (the sdpa path) a missed
+    cache would shorten the ALiBi bias to the new queries only, broadcast over all the keys.
+    """
+    extra = arguments.get(module._var_keyword, {}) if module._var_keyword else {}
+    found = [v for v in (*arguments.values(), *extra.values()) if isinstance(v, Cache)]
+    if not found:
         return 0
-    cache = getattr(cache, "self_attention_cache", cache)
+    cache = getattr(found[0], "self_attention_cache", found[0])  # EncoderDecoderCache: the decoder's part
     return int(cache.get_seq_length(getattr(module, "layer_idx", 0) or 0))
 
 

@@ -219,7 +219,7 @@ class AlgorithmEngineCallback(L.Callback):
         self._run.train_start(trainer, pl_module)
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._run.train_epoch_start()
+        self._run.train_epoch_start(trainer)
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int) -> None:
         self._run.train_batch_start()
@@ -314,6 +314,7 @@ class AlgorithmEngineCallback(L.Callback):
     def state_dict(self) -> dict[str, Any]:
         if self.state is None:
             return {}
+        self._checkpoint.warn_if_step_open(self._run.step_open())
         return self._checkpoint.save(self.state, __version__)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:

@@ -212,6 +212,19 @@ class BridgeCheckpoint:
         self.add_missing_on_load = add_missing_on_load
         self.known_algorithms = tuple(known_algorithms)
 
+    @staticmethod
+    def warn_if_step_open(step_open: bool) -> None:
+        """Warn that a checkpoint written while the bridge has not counted the finished step resumes one step behind."""
+        if step_open:
+            warnings.warn(
+                "A checkpoint is being written in on_train_batch_end by a callback that Lightning calls before "
+                "AlgorithmEngineCallback (it is listed before it in Trainer(callbacks=[...])): the bridge has not "
+                "counted this optimizer step yet, so a run resumed from this checkpoint is one step behind in its "
+                "timestamp and random draws. Fix: list AlgorithmEngineCallback before that callback, or save with "
+                "ModelCheckpoint (Lightning always calls it last).",
+                stacklevel=3,
+            )
+
     def save(self, state: Any, version: str) -> dict[str, Any]:
         """The bridge's checkpoint entry for ``state``: tensors and plain data only."""
         return {

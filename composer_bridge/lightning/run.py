@@ -219,9 +219,13 @@ class BridgeRun(ModuleSteps):
         self.clock.start_fit(self._global_step())
         if state.timestamp.batch.value == 0 and state.timestamp.epoch.value == 0:
             self.fire_hook("on_train_start")
+        if self.clock.epoch_left_open(state, trainer.current_epoch):  # resumed from an epoch's last batch
+            self.bridge.on_train_epoch_end(trainer, pl_module)
+            self.bridge.on_train_epoch_start(trainer, pl_module)
 
-    def train_epoch_start(self) -> None:
-        self.clock.start_epoch()
+    def train_epoch_start(self, trainer: L.Trainer) -> None:
+        if not self.clock.start_epoch(trainer.current_epoch):
+            return
         self.refresh_listening()
         self.fire_hook("on_train_epoch_start")
 
@@ -274,6 +278,10 @@ class BridgeRun(ModuleSteps):
         state.timestamp = state.timestamp.to_next_iteration()
         self.fire_hook("on_train_end")
         self.reporting.fit_end(trainer, self.current_step(), self.cost)
+
+    def step_open(self) -> bool:
+        """Whether Lightning finished an optimizer step the clock has not counted yet (see ``StepClock.step_open``)."""
+        return self.clock.step_open(self._global_step())
 
     def _honour_stop(self, trainer: L.Trainer) -> None:
         if self.state is not None and self.state.stop_requested:

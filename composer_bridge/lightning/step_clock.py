@@ -50,6 +50,8 @@ class StepClock:
         self._global_step = 0
         self._batch_started_at = 0.0
         self._eval_started_at = 0.0
+        #: the Lightning epoch whose EPOCH_START fired last (``None``: none in this fit yet)
+        self.started_epoch: int | None = None
 
     @property
     def micro(self) -> int:
@@ -65,16 +67,54 @@ class StepClock:
     def start_fit(self, global_step: int) -> None:
         """The loop (re)starts at Lightning's ``global_step`` (restored when resuming)."""
         self._global_step = int(global_step)
+        self.started_epoch = None
         self.reset_step()
 
-    def start_epoch(self) -> None:
-        """A new epoch: the step in flight (if any) is dropped and the wall-clock restarts."""
+    def start_epoch(self, epoch: int) -> bool:
+        """Lightning's ``epoch`` starts: drop the step in flight and restart the wall-clock.
+
+        Returns ``False`` when the epoch has started already in this fit (see :meth:`epoch_left_open`):
+        its EPOCH_START must not fire twice.
+        """
+        if self.started_epoch == epoch:
+            return False
+        self.started_epoch = epoch
         self.reset_step()
         self._batch_started_at = time.perf_counter()
+        return True
+
+    @staticmethod
+    def epoch_left_open(state: State, loop_epoch: int) -> bool:
+        """Whether a resumed loop starts in the epoch after the one the restored timestamp is still in.
+
+        A checkpoint written at the last batch of an epoch (``ModelCheckpoint(every_n_train_steps=N)``
+        there, ``train_time_interval``, ``trainer.save_checkpoint`` from ``on_train_batch_end``) holds
+        the timestamp *before* that epoch's end advanced it. Resuming from it, Lightning goes straight
+        to the next epoch and calls neither ``on_train_epoch_end`` for the checkpoint's epoch nor
+        ``on_train_epoch_start`` for the next. The uninterrupted run fired EPOCH_END (its timestamp
+        moved to the next epoch, which every random draw is keyed on) and then EPOCH_START: the
+        resumed run must fire them too, before its first batch.
+
+        Example:
+            >>> import torch
+            >>> state = State(torch.nn.Linear(1, 1))
+            >>> state.count_batch(samples=4, seconds=0.0)  # epoch 0 ran a batch; its end did not fire
+            >>> StepClock.epoch_left_open(state, loop_epoch=1), StepClock.epoch_left_open(state, loop_epoch=0)
+            (True, False)
+        """
+        timestamp = state.timestamp
+        return int(loop_epoch) == int(timestamp.epoch.value) + 1 and int(timestamp.batch_in_epoch.value) > 0
 
     def reset_step(self) -> None:
         self.micro = 0
         self._samples = 0
+
+    def step_open(self, global_step: int) -> bool:
+        """Whether Lightning finished an optimizer step that :meth:`end_micro_batch` has not counted yet.
+
+        True only inside ``on_train_batch_end`` of a callback that Lightning calls before the bridge.
+        """
+        return int(global_step) > self._global_step
 
     def end_micro_batch(self, state: State, samples: int, global_step: int) -> int:
         """Count a finished micro-batch; return how many optimizer steps it completed (0: step continues).

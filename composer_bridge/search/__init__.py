@@ -1,0 +1,24 @@
+"""Which Composer algorithms help on *your* task: a measured recipe search.
+
+``search_recipe(make_module, make_data, monitor=..., ...)`` trains your module (real Lightning fits,
+your Trainer settings) with and without candidate algorithms at several run lengths, scores each
+combination by its strict time-to-quality speed-up over the baseline, builds a recipe by greedy
+forward selection with removal, and confirms it on seeds the search never saw. The command
+``python -m composer_bridge.search --config search.yaml`` does the same from a LightningCLI-style
+config. See docs/search.md.
+
+Example:
+    >>> from composer_bridge.search import Candidate, search_recipe
+    >>> Candidate("MixUp", {"alpha": 0.2}).label
+    'MixUp'
+"""
+
+from composer_bridge.search.candidates import DEFAULT_CANDIDATES, Candidate, from_recipe
+from composer_bridge.search.errors import BudgetWarning, CandidateWarning, SearchInputError
+from composer_bridge.search.scoring import SpeedUp, strict_speedup, time_to_reach
+from composer_bridge.search.search import CurveResult, SearchResult, search_recipe
+from composer_bridge.search.state import StaleStateError
+from composer_bridge.search.trial import FitRecord
+
+__all__ = ["DEFAULT_CANDIDATES", "BudgetWarning", "Candidate", "CandidateWarning", "CurveResult", "FitRecord", "SearchInputError",
+           "SearchResult", "SpeedUp", "StaleStateError", "from_recipe", "search_recipe", "strict_speedup", "time_to_reach"]

@@ -1,0 +1,132 @@
+"""``python -m composer_bridge.search --config search.yaml``: the recipe search from a LightningCLI-style config.
+
+The config names your module and data the way LightningCLI does (``class_path`` and
+``init_args``); the search builds a fresh one for every fit, passing ``total_steps`` to the
+module's class (or function) when it takes that argument and ``seed`` to the data's::
+
+    module:
+      class_path: my_project.models.MyModule      # a LightningModule class, or a function returning one
+      init_args: {lr: 0.1}
+    data:
+      class_path: my_project.data.MyDataModule    # a LightningDataModule, or a function -> (train, val) loaders
+      init_args: {batch_size: 64}
+    search:                                       # search_recipe's arguments
+      monitor: val/acc
+      mode: max
+      candidates: [BlurPool, LabelSmoothing, {algorithm: MixUp, kwargs: {alpha: 0.2}}]
+      run_lengths: [50, 100, 200]
+      max_train_seconds: 600
+      search_seeds: [0, 1]
+      confirm_seeds: [1000, 1001, 1002]
+      also_confirm: {published mild: mild}        # recipes of composer_bridge.recipes, by name
+    trainer: {accelerator: cpu, devices: 1}       # your Trainer arguments
+    out: outputs/search                           # state, tables, plot, recipe.py, recipe.yaml
+    wandb: auto                                   # the table to W&B offline when wandb is installed
+
+Run it again with the same ``out`` to resume an interrupted search or re-report a finished one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import inspect
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from composer_bridge.search.candidates import Candidate, from_recipe
+from composer_bridge.search.errors import SearchInputError
+from composer_bridge.search.search import SearchResult, search_recipe
+
+__all__ = ["factory", "main"]
+
+SECTIONS = {"module", "data", "search", "trainer", "out", "wandb"}
+
+
+def _import(path: str) -> Any:
+    module_name, _, attribute = str(path).rpartition(".")
+    if not module_name:
+        raise SearchInputError(f"class_path={path!r}: expected a dotted path, e.g. my_project.models.MyModule.")
+    try:
+        return getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as error:
+        raise SearchInputError(f"class_path={path!r}: cannot import it ({error}). Is its package on PYTHONPATH?") from error
+
+
+def factory(section: dict[str, Any], name: str, passes: str) -> Callable[[Any], Any]:
+    """A function ``f(value)`` that builds ``section``'s ``class_path`` with ``init_args`` (and ``passes=value``
+    when the class or function takes that argument).
+
+    Example:
+        >>> make = factory({"class_path": "collections.OrderedDict", "init_args": {"a": 1}}, "data", "seed")
+        >>> dict(make(0))
+        {'a': 1}
+    """
+    if not isinstance(section, dict) or "class_path" not in section:
+        raise SearchInputError(f"{name}: expected a mapping with class_path (and init_args), got {section!r}.")
+    target = _import(section["class_path"])
+    init_args = dict(section.get("init_args") or {})
+    try:
+        takes = passes in inspect.signature(target).parameters
+    except (TypeError, ValueError):
+        takes = False
+
+    def build(value: Any) -> Any:
+        return target(**init_args, **({passes: value} if takes else {}))
+
+    return build
+
+
+def _candidates(items: Any) -> list[Candidate | str] | None:
+    if items is None:
+        return None
+    out: list[Candidate | str] = []
+    for item in items:
+        if isinstance(item, dict):
+            unknown = set(item) - {"algorithm", "kwargs", "name"}
+            if "algorithm" not in item or unknown:
+                raise SearchInputError(f"search.candidates: {item!r}: expected a class name or "
+                                       "{algorithm: Name, kwargs: {...}, name: label}.")
+            out.append(Candidate(item["algorithm"], dict(item.get("kwargs") or {}), item.get("name")))
+        else:
+            out.append(str(item))
+    return out
+
+
+def main(argv: list[str] | None = None) -> SearchResult:
+    """Parse ``--config``, run the search, write its outputs and print its summary."""
+    parser = argparse.ArgumentParser(prog="python -m composer_bridge.search", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", required=True, help="a YAML file (see the module docstring)")
+    parser.add_argument("--out", default=None, help="overrides the config's out")
+    parser.add_argument("--no-progress", action="store_true")
+    args = parser.parse_args(argv)
+    config = yaml.safe_load(Path(args.config).read_text()) or {}
+    unknown = sorted(set(config) - SECTIONS)
+    if unknown:
+        raise SearchInputError(f"{args.config}: unknown sections {unknown}; expected {sorted(SECTIONS)}.")
+    settings = dict(config.get("search") or {})
+    settings["candidates"] = _candidates(settings.get("candidates"))
+    also = settings.pop("also_confirm", None) or {}
+    settings["also_confirm"] = {name: (from_recipe(recipe) if isinstance(recipe, str) else _candidates(recipe))
+                                for name, recipe in also.items()}
+    out = Path(args.out or config.get("out") or "outputs/search")
+    allowed = set(inspect.signature(search_recipe).parameters) - {"make_module", "make_data", "trainer_kwargs",
+                                                                    "state_dir"}
+    wrong = sorted(set(settings) - allowed)
+    if wrong:
+        raise SearchInputError(f"{args.config}: search: unknown keys {wrong}; it takes search_recipe's arguments "
+                               f"{sorted(allowed)}.")
+    result = search_recipe(
+        factory(config.get("module"), "module", "total_steps"), factory(config.get("data"), "data", "seed"),
+        trainer_kwargs=config.get("trainer") or {}, state_dir=out,
+        progress=not args.no_progress and settings.pop("progress", True), **settings)
+    result.write(out, wandb=config.get("wandb", "auto"))
+    print(result.summary())
+    return result
+
+
+if __name__ == "__main__":
+    main()

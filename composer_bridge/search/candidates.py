@@ -1,0 +1,182 @@
+"""What the recipe search may add to a run: candidate algorithms, and which of them can apply to a model.
+
+A :class:`Candidate` names an algorithm of :mod:`composer_bridge.algorithms` and its arguments as
+a recipe would publish them; :meth:`Candidate.build` makes a fresh instance for a run of a given
+length, with the arguments counted in optimizer steps rescaled by
+:func:`composer_bridge.recipes.scale_to_run` (EMA's half-life, SAM's interval).
+
+Example:
+    >>> Candidate("EMA", {"half_life": "100ba", "update_interval": "20ba"}).build(total_steps=200)
+    EMA(half_life='10ba', smoothing=None, ema_start='0.0dur', update_interval='2ba')
+    >>> Candidate("LabelSmoothing", {"smoothing": 0.1}).label
+    'LabelSmoothing'
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from composer_bridge import recipes
+from composer_bridge.core.algorithm import Algorithm
+from composer_bridge.search.errors import SearchInputError
+
+__all__ = ["DEFAULT_CANDIDATES", "IMAGE_ALGORITHMS", "Candidate", "applicability", "as_candidates", "from_recipe"]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One algorithm the search may add: its class name in :mod:`composer_bridge.algorithms` and arguments.
+
+    Args:
+        algorithm: the class name (``"LabelSmoothing"``).
+        kwargs: its arguments as published; those counted in optimizer steps are rescaled to each
+            run's length when the run is built (:func:`composer_bridge.recipes.scale_to_run`).
+        name: a label for tables (default: the class name); labels must be unique in a search.
+    """
+
+    algorithm: str
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    name: str | None = None
+
+    @property
+    def label(self) -> str:
+        return self.name or self.algorithm
+
+    def algorithm_class(self) -> type:
+        from composer_bridge import algorithms
+
+        cls = getattr(algorithms, self.algorithm, None)
+        if not (isinstance(cls, type) and issubclass(cls, Algorithm)):
+            names = [n for n in getattr(algorithms, "__all__", []) if isinstance(getattr(algorithms, n), type)]
+            close = difflib.get_close_matches(self.algorithm, names, n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise SearchInputError(f"Candidate({self.algorithm!r}): composer_bridge.algorithms has no such algorithm.{hint} "
+                             f"Choose one of {sorted(names)}.")
+        return cls
+
+    def scaled_kwargs(self, total_steps: int) -> dict[str, Any]:
+        """The arguments for a run of ``total_steps`` optimizer steps."""
+        return recipes.scale_to_run(self.algorithm, dict(self.kwargs), total_steps)
+
+    def build(self, total_steps: int) -> Algorithm:
+        """A fresh instance for a run of ``total_steps`` optimizer steps."""
+        kwargs = self.scaled_kwargs(total_steps)
+        try:
+            return self.algorithm_class()(**kwargs)
+        except (TypeError, ValueError) as error:
+            raise SearchInputError(f"Candidate({self.algorithm!r}, {dict(self.kwargs)!r}): could not build it: {error}. "
+                                   f"Pass its arguments: Candidate({self.algorithm!r}, {{...}}).") from error
+
+
+#: Algorithms that act on image batches (a floating ``(N, C, H, W)`` input).
+IMAGE_ALGORITHMS = frozenset({"MixUp", "CutMix", "CutOut", "ColOut", "ProgressiveResizing", "RandAugment", "AugMix"})
+
+#: The candidates tried when none are given: the published recipes' algorithms with their published
+#: arguments (mild/medium's EMA, ProgressiveResizing, MixUp, SAM; LabelSmoothing at medium's 0.1),
+#: plus CutOut, CutMix, GhostBatchNorm and GradientClipping. Those that cannot apply to the model or
+#: its batches are left out with a warning (:func:`applicability`).
+DEFAULT_CANDIDATES: tuple[Candidate, ...] = (
+    Candidate("BlurPool"),
+    Candidate("ChannelsLast"),
+    Candidate("LabelSmoothing", {"smoothing": 0.1}),
+    Candidate("MixUp", {"alpha": 0.2}),
+    Candidate("CutMix", {"alpha": 1.0}),
+    Candidate("CutOut", {"length": 0.25}),
+    Candidate("EMA", {"half_life": "100ba", "update_interval": "20ba"}),
+    Candidate("ProgressiveResizing", {"initial_scale": 0.5, "delay_fraction": 0.4, "finetune_fraction": 0.2}),
+    Candidate("SAM", {"rho": 0.5, "interval": 10}),
+    Candidate("GhostBatchNorm", {"ghost_batch_size": 32}),
+    Candidate("GradientClipping", {"clipping_type": "norm", "clipping_threshold": 1.0}),
+)
+
+
+def as_candidates(candidates: Sequence[Candidate | str] | None) -> list[Candidate]:
+    """``candidates`` as :class:`Candidate` objects (a string is a class name with default arguments).
+
+    Raises :class:`~composer_bridge.search.errors.SearchInputError` for an unknown algorithm, an empty list or two candidates with one label.
+
+    Example:
+        >>> [c.label for c in as_candidates(["BlurPool", Candidate("MixUp", {"alpha": 0.2})])]
+        ['BlurPool', 'MixUp']
+    """
+    if candidates is None:
+        return list(DEFAULT_CANDIDATES)
+    out = []
+    for item in candidates:
+        if isinstance(item, str):
+            item = Candidate(item)
+        if not isinstance(item, Candidate):
+            raise SearchInputError(f"candidates: {item!r} is a {type(item).__name__}; expected an algorithm class name "
+                            "(\"MixUp\") or composer_bridge.search.Candidate(\"MixUp\", {\"alpha\": 0.2}).")
+        item.build(1000)  # unknown names and missing or wrong arguments fail here, before any training
+        out.append(item)
+    if not out:
+        raise SearchInputError("candidates=[]: nothing to search. Pass None for the default candidates, or a list of names.")
+    labels = [c.label for c in out]
+    twice = sorted({label for label in labels if labels.count(label) > 1})
+    if twice:
+        raise SearchInputError(f"candidates: the labels {twice} appear more than once; give each variant its own "
+                         "name=, e.g. Candidate(\"MixUp\", {\"alpha\": 0.4}, name=\"MixUp(0.4)\").")
+    return out
+
+
+def applicability(candidate: Candidate, module: torch.nn.Module, batch: Any, total_steps: int) -> str | None:
+    """Why ``candidate`` cannot apply to ``module`` trained on batches like ``batch``, or ``None`` if it can.
+
+    Checked without training: a surgery algorithm is run on a deep copy of the module and must
+    replace something; an algorithm that needs the loss events needs a
+    :class:`~composer_bridge.ComposerModule` (forward and loss apart); an image algorithm needs a
+    floating 4-D input as the batch's first item.
+    """
+    from composer_bridge import ComposerModule, State
+    from composer_bridge.algorithms import SurgeryAlgorithm
+
+    algorithm = candidate.build(total_steps)
+    if getattr(algorithm, "needs_loss_events", False) and not isinstance(module, ComposerModule):
+        return (f"{candidate.label} acts between forward and loss, and {type(module).__name__} is not a "
+                "composer_bridge.ComposerModule (forward(batch) and loss(outputs, batch) apart)")
+    if candidate.algorithm in IMAGE_ALGORITHMS:
+        inputs = batch[0] if isinstance(batch, (list, tuple)) else batch
+        if not (isinstance(inputs, torch.Tensor) and inputs.is_floating_point() and inputs.dim() == 4):
+            shape = tuple(inputs.shape) if isinstance(inputs, torch.Tensor) else type(inputs).__name__
+            return f"{candidate.label} works on image batches (a floating (N, C, H, W) input); this one's input is {shape}"
+    if isinstance(algorithm, SurgeryAlgorithm):
+        model = copy.deepcopy(module)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                replaced = algorithm.surgery(State(model))
+            except Exception as error:  # noqa: BLE001 - the reason goes into the message
+                return f"{candidate.label}'s surgery fails on {type(module).__name__}: {error}"
+        if not replaced:
+            return f"{candidate.label} would replace nothing in {type(module).__name__}"
+    return None
+
+
+def from_recipe(name: str, prefix: str | None = None, **fill: Any) -> list[Candidate]:
+    """A named recipe of :mod:`composer_bridge.recipes` as candidates (to confirm it beside the search's pick).
+
+    Labels are ``"<prefix>:<class name>"`` (prefix default: the recipe's name) so they never clash
+    with search candidates of the same class and other arguments. ``fill`` supplies a language
+    recipe's placeholders (``max_seq_length=128``).
+
+    Example:
+        >>> print(", ".join(c.label for c in from_recipe("short")))
+        short:BlurPool, short:ChannelsLast, short:LabelSmoothing
+    """
+    table = {**recipes.VISION_RECIPES, **recipes.LANGUAGE_RECIPES}
+    if name not in table:
+        raise ValueError(f"from_recipe({name!r}): unknown recipe; choose one of {sorted(table)}.")
+    out = []
+    for cls, kwargs in table[name]:
+        filled = {k: (fill[v[1:-1]] if isinstance(v, str) and v.startswith("{") and v[1:-1] in fill else v)
+                  for k, v in kwargs.items()}
+        out.append(Candidate(cls, filled, name=f"{prefix or name}:{cls}"))
+    return out

@@ -1,0 +1,204 @@
+"""Bad input to the recipe search, refused before any training with a message that says how to fix it.
+
+Example:
+    >>> check_run_lengths([200, 50, 100])
+    [50, 100, 200]
+    >>> check_mode("maximise")
+    Traceback (most recent call last):
+    ...
+    composer_bridge.search.errors.SearchInputError: mode='maximise': expected 'max' (higher quality is better, e.g. accuracy) or 'min' (e.g. a loss).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import lightning as L
+import torch
+
+from composer_bridge.search.candidates import Candidate, applicability
+from composer_bridge.search.errors import BudgetWarning, CandidateWarning, SearchInputError
+from composer_bridge.search.trial import (
+    CLOCKS,
+    OWNED_TRAINER_KWARGS,
+    FitRecord,
+    build_module,
+    load_data,
+    trainer_for,
+)
+
+__all__ = ["CandidateWarning", "Probe", "SearchInputError", "check_budget", "check_clock", "check_mode",
+           "check_run_lengths", "check_seeds", "check_time_budget", "check_trainer_kwargs", "filter_candidates",
+           "probe"]
+
+
+def check_mode(mode: str) -> bool:
+    """``True`` for ``"max"``, ``False`` for ``"min"``."""
+    if mode not in ("max", "min"):
+        raise SearchInputError(f"mode={mode!r}: expected 'max' (higher quality is better, e.g. accuracy) "
+                               "or 'min' (e.g. a loss).")
+    return mode == "max"
+
+
+def check_run_lengths(run_lengths: Sequence[int]) -> list[int]:
+    """Sorted run lengths (optimizer steps); at least two, distinct positive ints."""
+    lengths = list(run_lengths)
+    if len(lengths) < 2 or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in lengths) \
+            or len(set(lengths)) != len(lengths):
+        raise SearchInputError(
+            f"run_lengths={run_lengths!r}: expected two or more distinct positive ints (optimizer steps), "
+            "e.g. [50, 100, 200]: each is one point of a quality-vs-time curve, trained from scratch.")
+    return sorted(lengths)
+
+
+def check_seeds(search_seeds: Sequence[int], confirm_seeds: Sequence[int]) -> tuple[list[int], list[int]]:
+    """The seeds as lists; both non-empty ints, and no confirmation seed among the search seeds."""
+    search, confirm = list(search_seeds), list(confirm_seeds)
+    for name, seeds in (("search_seeds", search), ("confirm_seeds", confirm)):
+        if not seeds or any(isinstance(s, bool) or not isinstance(s, int) for s in seeds) \
+                or len(set(seeds)) != len(seeds):
+            raise SearchInputError(f"{name}={seeds!r}: expected a non-empty list of distinct ints.")
+    shared = sorted(set(search) & set(confirm))
+    if shared:
+        raise SearchInputError(
+            f"confirm_seeds={confirm!r} shares {shared} with search_seeds={search!r}: a recipe confirmed on the seeds it "
+            "was chosen on looks better than it is. Use seeds the search never sees, e.g. "
+            f"confirm_seeds={[max(search) + 1000 + i for i in range(len(confirm))]}.")
+    return search, confirm
+
+
+def check_trainer_kwargs(trainer_kwargs: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The user's Trainer arguments, without those the search sets itself."""
+    kwargs = dict(trainer_kwargs or {})
+    owned = sorted(k for k in kwargs if k in OWNED_TRAINER_KWARGS)
+    if owned:
+        raise SearchInputError(
+            f"trainer_kwargs sets {owned}: the search sets {list(OWNED_TRAINER_KWARGS)} itself (each fit runs "
+            "max_steps = one of run_lengths, no logger, no checkpoints). Remove them; choose the lengths with run_lengths=.")
+    return kwargs
+
+
+def check_clock(clock: str) -> None:
+    if clock not in CLOCKS:
+        raise SearchInputError(f"clock={clock!r}: expected one of {sorted(CLOCKS)} ({CLOCKS}).")
+
+
+def check_budget(max_fits: int | None, max_seconds: float | None, n_lengths: int, n_seeds: int) -> None:
+    """A budget is given, and (in fits) covers the baseline curves on the search seeds plus one candidate curve."""
+    if max_fits is None and max_seconds is None:
+        raise SearchInputError("no budget: pass max_fits= (fits, baseline fits included) or max_train_seconds= "
+                               "(training time on the search's clock).")
+    if max_fits is not None:
+        need = n_lengths * (n_seeds + 1)
+        if isinstance(max_fits, bool) or not isinstance(max_fits, int) or max_fits < need:
+            raise SearchInputError(
+                f"max_fits={max_fits!r} is smaller than one baseline run on every search seed plus one candidate "
+                f"({n_lengths} run lengths x ({n_seeds} baseline seeds + 1) = {need} fits): the search could compare "
+                f"nothing. Raise max_fits to at least {need} (a useful search needs several times that), or use "
+                "fewer run_lengths or search_seeds.")
+    if max_seconds is not None and not max_seconds > 0:
+        raise SearchInputError(f"max_train_seconds={max_seconds!r}: expected a positive number.")
+
+
+def check_time_budget(max_seconds: float | None, first: FitRecord, lengths: Sequence[int], n_seeds: int,
+                      unit: str) -> None:
+    """After the first (shortest) baseline fit: does a time budget cover the baseline curves and one more?"""
+    if max_seconds is None:
+        return
+    projected = first.seconds * sum(lengths) / lengths[0] * (n_seeds + 1)
+    if projected > max_seconds:
+        raise SearchInputError(
+            f"max_train_seconds={max_seconds:g} is smaller than one baseline run on every search seed plus one "
+            f"candidate: the first baseline fit ({lengths[0]} steps) took {first.seconds:.3g} {unit}, so the "
+            f"{len(lengths)} run lengths x ({n_seeds} + 1) curves need about {projected:.3g} {unit}. Raise the "
+            "budget (a useful search needs several times that), or shorten run_lengths.")
+
+
+def warn_small_budget(budget: float | None, curve_cost: float, n_seeds: int, n_candidates: int, unit: str) -> None:
+    """Warn when ``budget`` cannot cover the baseline curves and one curve per candidate on one seed.
+
+    ``curve_cost`` is one baseline curve's cost (fits, or time on the search's clock).
+    """
+    if budget is None:
+        return
+    need = curve_cost * (n_seeds + n_candidates)
+    if budget < need:
+        warnings.warn(BudgetWarning(
+            f"the budget ({budget:g} {unit}) covers about {budget / curve_cost:.1f} baseline curves; the first step "
+            f"alone needs about {need:.3g} {unit} ({n_seeds} baseline curves + one per candidate, {n_candidates}, on "
+            "the first search seed), so the search will likely stop before it chooses anything. Raise the budget "
+            "or pass fewer candidates."), stacklevel=4)
+
+
+def check_same_labels(candidates: list[Candidate], also_confirm: Mapping[str, list[Candidate]]) -> None:
+    """One label, one algorithm: a label in ``also_confirm`` that names a candidate must mean the same one."""
+    known = {c.label: c for c in candidates}
+    for name, recipe in also_confirm.items():
+        for c in recipe:
+            other = known.setdefault(c.label, c)
+            if (other.algorithm, dict(other.kwargs)) != (c.algorithm, dict(c.kwargs)):
+                raise SearchInputError(
+                    f"also_confirm[{name!r}]: the label {c.label!r} means {c.algorithm}({dict(c.kwargs)}) there and "
+                    f"{other.algorithm}({dict(other.kwargs)}) elsewhere in the search. Give one of them another "
+                    "name= (from_recipe prefixes its labels with the recipe's name).")
+
+
+@dataclass
+class Probe:
+    """What a validation-only look at the module and data found."""
+
+    module: torch.nn.Module
+    batch: Any
+    metrics: list[str]
+
+
+def probe(make_module: Callable[..., Any], make_data: Callable[..., Any], monitor: str, steps: int, seed: int,
+          trainer_kwargs: dict[str, Any]) -> Probe:
+    """Build the module twice (they must be different objects), draw one batch and validate on one batch."""
+    L.seed_everything(seed, verbose=False)
+    first = build_module(make_module, steps)
+    second = build_module(make_module, steps)
+    if not isinstance(first, (L.LightningModule, torch.nn.Module)):
+        raise SearchInputError(f"make_module returned {type(first).__name__}; expected a LightningModule.")
+    if first is second:
+        raise SearchInputError(
+            f"make_module returned the same {type(first).__name__} object twice: every fit must start from a fresh "
+            "module, or later fits would continue training the first. Build the module inside the function "
+            "(def make_module(total_steps): return MyModule(...)).")
+    shared = {id(p) for p in first.parameters()} & {id(p) for p in second.parameters()}
+    if shared:
+        raise SearchInputError(
+            f"make_module returned two {type(first).__name__} objects that share {len(shared)} parameter tensors "
+            "(a network built once, outside the function?): every fit must start from fresh weights. Build the "
+            "network inside make_module too.")
+    train, val = load_data(make_data, seed)
+    batch = next(iter(train))
+    kwargs = {**trainer_kwargs, "limit_val_batches": 1}
+    trainer = trainer_for(1, kwargs, [])
+    metrics = trainer.validate(second, dataloaders=val, verbose=False)[0]
+    if monitor not in metrics:
+        raise SearchInputError(
+            f"monitor={monitor!r} is not logged by {type(first).__name__}'s validation; it logs {sorted(metrics)}. "
+            "Pass one of those, or log it in validation_step with self.log(...).")
+    return Probe(first, batch, sorted(metrics))
+
+
+def filter_candidates(candidates: list[Candidate], found: Probe, steps: int, explicit: bool,
+                      what: str = "candidates") -> list[Candidate]:
+    """The candidates that can apply; an explicit list with one that cannot is an error, defaults warn."""
+    reasons = {c.label: applicability(c, found.module, found.batch, steps) for c in candidates}
+    bad = {label: why for label, why in reasons.items() if why is not None}
+    if bad and explicit:
+        lines = "; ".join(f"{label}: {why}" for label, why in bad.items())
+        raise SearchInputError(f"{what}: {sorted(bad)} cannot apply to this model or data ({lines}). "
+                               "Remove them from the list.")
+    if bad:
+        warnings.warn(CandidateWarning(f"{what}: left out, they cannot apply: " +
+                                       "; ".join(f"{label} ({why})" for label, why in bad.items())), stacklevel=3)
+    usable = [c for c in candidates if c.label not in bad]
+    if not usable:
+        raise SearchInputError(f"{what}: none of {sorted(reasons)} can apply to this model or data ({bad}).")
+    return usable

@@ -1,0 +1,118 @@
+"""The strict time-to-quality speed-up: how much sooner a configuration reaches the baseline's best quality.
+
+A *curve* is a list of ``(training seconds, quality)`` points ordered by time, one per run length
+(each run trained from scratch with its whole schedule scaled to its length). On one seed, the
+baseline's best quality over its run lengths is ``Q``; the strict speed-up of a configuration is
+the baseline's own time to ``Q`` divided by the configuration's time to ``Q``, both read off
+their curves with linear interpolation between run lengths and no extrapolation. A configuration
+that never reaches ``Q`` has no speed-up (``None``): a failure, counted as 0x in a mean.
+
+``benchmarks/pareto.py`` and the recipe search (:mod:`composer_bridge.search`) both use these.
+
+Example:
+    >>> strict_speedup([(1, 0.8), (2, 0.9), (4, 0.95)], [(0.5, 0.85), (1, 0.93), (2, 0.97)], True)
+    (2.666667, 0.95, 4.0, 1.5)
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+__all__ = ["SpeedUp", "best_quality", "strict_speedup", "summarise_speedups", "time_to_reach"]
+
+Curve = Sequence[tuple[float, float]]
+
+
+def time_to_reach(curve: Curve, target: float, higher_is_better: bool) -> float | None:
+    """The first time the piecewise-linear curve through ``curve`` (time-ordered) reaches ``target``.
+
+    Starts at the first point (no extrapolation before it or after the last one); ``None`` if the
+    curve never gets there.
+
+    Example:
+        >>> round(time_to_reach([(1.0, 0.5), (3.0, 0.9)], 0.7, higher_is_better=True), 6)
+        2.0
+        >>> time_to_reach([(1.0, 0.5), (3.0, 0.9)], 0.95, higher_is_better=True) is None
+        True
+    """
+    sign = 1.0 if higher_is_better else -1.0
+    goal = sign * target
+    previous: tuple[float, float] | None = None
+    for t, q in curve:
+        if sign * q >= goal - 1e-12:
+            if previous is None or sign * previous[1] >= goal:
+                return t
+            t0, q0 = previous[0], sign * previous[1]
+            return t0 + (t - t0) * (goal - q0) / (sign * q - q0)
+        previous = (t, q)
+    return None
+
+
+def best_quality(curve: Curve, higher_is_better: bool) -> float:
+    """The best quality on ``curve`` (``max`` or ``min``).
+
+    Example:
+        >>> best_quality([(1, 0.8), (2, 0.9)], True), best_quality([(1, 3.0), (2, 2.5)], False)
+        (0.9, 2.5)
+    """
+    if not curve:
+        raise ValueError("best_quality: the curve has no points.")
+    qualities = [q for _, q in curve]
+    return max(qualities) if higher_is_better else min(qualities)
+
+
+def strict_speedup(base: Curve, recipe: Curve,
+                   higher_is_better: bool) -> tuple[float | None, float, float, float | None]:
+    """``(speed-up or None, Q, baseline's time to Q, recipe's time to Q)`` for one pair of curves.
+
+    Example:
+        >>> strict_speedup([(1, 0.8), (2, 0.9), (4, 0.95)], [(0.5, 0.85), (1, 0.93), (2, 0.97)], True)
+        (2.666667, 0.95, 4.0, 1.5)
+    """
+    best = best_quality(base, higher_is_better)
+    t_base = time_to_reach(base, best, higher_is_better)
+    assert t_base is not None
+    t_recipe = time_to_reach(recipe, best, higher_is_better)
+    speed = t_base / t_recipe if t_recipe else None
+    return (None if speed is None else round(speed, 6), best, t_base,
+            None if t_recipe is None else round(t_recipe, 6))
+
+
+@dataclass(frozen=True)
+class SpeedUp:
+    """Strict speed-ups over seeds: per seed (``None`` = never reached Q), mean (failures as 0x) and spread."""
+
+    per_seed: tuple[float | None, ...]
+    seeds: tuple[int, ...]
+
+    @property
+    def mean(self) -> float:
+        return statistics.mean(s or 0.0 for s in self.per_seed) if self.per_seed else 0.0
+
+    @property
+    def sd(self) -> float:
+        values = [s or 0.0 for s in self.per_seed]
+        return statistics.stdev(values) if len(values) > 1 else 0.0
+
+    @property
+    def reached(self) -> int:
+        return sum(s is not None for s in self.per_seed)
+
+    def text(self) -> str:
+        """``"1.23x ± 0.10 (1.10x, 1.30x, 1.29x; 3/3 seeds reach Q)"``."""
+        seeds = ", ".join("fail" if s is None else f"{s:.2f}x" for s in self.per_seed)
+        return (f"{self.mean:.2f}x ± {self.sd:.2f} ({seeds}; {self.reached}/{len(self.per_seed)} seeds reach Q)")
+
+
+def summarise_speedups(per_seed: dict[int, float | None]) -> SpeedUp:
+    """A :class:`SpeedUp` from ``{seed: speed-up or None}``, seeds in ascending order.
+
+    Example:
+        >>> s = summarise_speedups({1: 1.5, 0: None})
+        >>> s.per_seed, s.mean, s.reached
+        ((None, 1.5), 0.75, 1)
+    """
+    seeds = tuple(sorted(per_seed))
+    return SpeedUp(tuple(per_seed[s] for s in seeds), seeds)

@@ -1,0 +1,521 @@
+"""The recipe search: which candidate algorithms make *this* model reach its baseline's quality sooner.
+
+Method (docs/search.md has the reasoning):
+
+1. **Baseline curves.** On every search seed, the baseline (no algorithm) is trained once per run
+   length; its quality-vs-time points are the curve every candidate is measured against. ``Q`` is
+   the baseline's best quality on that seed.
+2. **Score.** A configuration's score on a seed is its strict speed-up
+   (:func:`composer_bridge.search.scoring.strict_speedup`): the baseline's time to ``Q`` over the
+   configuration's time to ``Q``; never reaching ``Q`` is a failure, 0x in the mean over seeds.
+3. **Greedy forward selection with removal.** Starting from the baseline, each step tries adding
+   every remaining candidate to the current recipe and keeps the best addition if its mean score
+   beats the current recipe's by more than ``min_gain``; then it drops any earlier algorithm whose
+   removal scores at least as well. It ends when no addition helps or the budget is spent.
+4. **Stopping hopeless trials early.** Within a step, the additions race over the search seeds by
+   successive halving: after each seed only the better half of those still ahead of the current
+   recipe go on. Along a curve, run lengths go from short to long and stop once the curve reaches
+   ``Q`` (longer runs cannot change its score), or once its training time passes the baseline's
+   time to ``Q`` without reaching it (it cannot beat the baseline on that seed: a failure).
+5. **Confirmation.** The chosen recipe (and any ``also_confirm`` recipes) and the baseline are
+   trained on the confirmation seeds, which the search never saw; only those numbers are the result.
+
+Example:
+    >>> from composer_bridge.search import search_recipe  # doctest: +SKIP
+    >>> result = search_recipe(make_module, make_data, monitor="val/acc", run_lengths=[50, 100, 200],
+    ...                        max_fits=60, search_seeds=[0, 1], confirm_seeds=[100, 101, 102],
+    ...                        state_dir="outputs/search")  # doctest: +SKIP
+    >>> print(result.summary())  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import statistics
+import time
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from composer_bridge.search import checks
+from composer_bridge.search.candidates import Candidate, as_candidates
+from composer_bridge.search.scoring import (
+    SpeedUp,
+    best_quality,
+    strict_speedup,
+    summarise_speedups,
+    time_to_reach,
+)
+from composer_bridge.search.state import SearchState
+from composer_bridge.search.trial import CLOCKS, FitRecord, run_fit
+
+__all__ = ["BudgetExhausted", "CurveResult", "SearchResult", "search_recipe"]
+
+Config = tuple[str, ...]
+
+
+class BudgetExhausted(Exception):
+    """Raised inside the search when the next fit would overrun the budget (the search then stops)."""
+
+
+@dataclass
+class CurveResult:
+    """One configuration on one seed: its points, why it stopped and its strict speed-up."""
+
+    config: Config
+    seed: int
+    phase: str
+    points: list[tuple[float, float]]
+    status: str  #: "reached Q", "never reached Q", "stopped: past the baseline's time to Q", "baseline"
+    speedup: float | None
+
+
+@dataclass
+class SearchResult:
+    """What a search found; everything reported comes from the confirmation seeds.
+
+    Attributes:
+        recipe: the chosen candidates (empty: the search found nothing better than the baseline).
+        confirmed: the recipe's strict speed-up on the confirmation seeds (``None`` if ``recipe`` is empty).
+        beats_baseline: ``True`` when the confirmed mean speed-up (failures 0x) is above 1.
+        search_score: the recipe's mean speed-up on the search seeds (biased upwards: it was chosen on them).
+        also_confirmed: ``{name: SpeedUp}`` for the ``also_confirm`` recipes, same seeds.
+        fits: every fit, search and confirmation (the trial table).
+        curves: every configuration-seed curve and its score.
+        steps: what each greedy step tried and decided, in words.
+        cost: training time and fits of the search and of the confirmation, the budget, the
+            search's cost in baseline-run equivalents and its own overhead.
+    """
+
+    recipe: list[Candidate]
+    confirmed: SpeedUp | None
+    beats_baseline: bool
+    search_score: float | None
+    also_confirmed: dict[str, SpeedUp]
+    fits: list[FitRecord]
+    curves: list[CurveResult]
+    steps: list[str]
+    cost: dict[str, Any]
+    settings: dict[str, Any]
+    candidates: list[Candidate] = field(default_factory=list)
+    stopped_by_budget: bool = False
+
+    def summary(self) -> str:
+        """A few lines for the terminal: the verdict, the recipe and the confirmed speed-up, the cost."""
+        from composer_bridge.search.report import summary
+
+        return summary(self)
+
+    def python_code(self, total_steps: int | None = None) -> str:
+        """The recipe as Python code (:func:`composer_bridge.search.report.python_code`)."""
+        from composer_bridge.search.report import python_code
+
+        return python_code(self, total_steps)
+
+    def yaml_fragment(self, total_steps: int | None = None) -> str:
+        """The recipe as a LightningCLI ``trainer.callbacks`` fragment."""
+        from composer_bridge.search.report import yaml_fragment
+
+        return yaml_fragment(self, total_steps)
+
+    def table(self) -> str:
+        """Every fit as a Markdown table."""
+        from composer_bridge.search.report import fits_table
+
+        return fits_table(self)
+
+    def write(self, out_dir: str | Path, wandb: bool | str = "auto") -> dict[str, Path]:
+        """Write the summary, code, YAML, tables and the Pareto PNG into ``out_dir`` (and W&B offline)."""
+        from composer_bridge.search.report import write_outputs
+
+        return write_outputs(self, Path(out_dir), wandb=wandb)
+
+
+class _Search:
+    """The search's moving parts: the fit cache, the budget, the curves and the greedy loop."""
+
+    def __init__(self, make_module: Callable[..., Any], make_data: Callable[..., Any], monitor: str,
+                 higher: bool, candidates: list[Candidate], run_lengths: list[int], search_seeds: list[int],
+                 confirm_seeds: list[int], clock: str, trainer_kwargs: dict[str, Any], max_fits: int | None,
+                 max_train_seconds: float | None, min_gain: float, state: SearchState, progress: Any) -> None:
+        self.make_module, self.make_data, self.monitor, self.higher = make_module, make_data, monitor, higher
+        self.by_label = {c.label: c for c in candidates}
+        self.order = [c.label for c in candidates]
+        self.lengths, self.search_seeds, self.confirm_seeds = run_lengths, search_seeds, confirm_seeds
+        self.clock, self.trainer_kwargs = clock, trainer_kwargs
+        self.max_fits, self.max_seconds, self.min_gain = max_fits, max_train_seconds, min_gain
+        self.state, self.cache = state, state.lookup()
+        self.progress = progress
+        self.search_fits: list[FitRecord] = []  # the search-phase fits this replay has charged, in order
+        self.confirm_fits: list[FitRecord] = []
+        self.curves: dict[tuple[Config, int], CurveResult] = {}
+        self.steps: list[str] = []
+        self.search_pool = list(self.order)
+        self.incumbent: Config = ()  # the recipe the greedy loop has accepted so far
+        self.inc_scores: dict[int, float | None] = {s: 1.0 for s in search_seeds}
+        self.fit_wall_s = 0.0  # the fits trained in this call (Lightning's set-up and validation included)
+        self.fit_cpu_s = 0.0
+        self.started = (time.perf_counter(), time.process_time())
+        self.earlier = (state.overhead_s, state.overhead_cpu_s)  # from earlier, interrupted calls
+        self.trained = 0
+
+    # --- fits and the budget ---------------------------------------------------------------------
+
+    def _key(self, config: Sequence[str]) -> Config:
+        return tuple(sorted(config, key=self.order.index))
+
+    def _estimate(self, steps: int) -> float:
+        """The clock's expected cost of a fit of ``steps`` steps: the most a baseline fit of that length took."""
+        if self.clock == "steps":
+            return float(steps)
+        seen = [f.seconds for f in self.search_fits if not f.config and f.steps == steps]
+        return max(seen) if seen else 0.0
+
+    def _spent(self) -> float:
+        return sum(f.seconds for f in self.search_fits)
+
+    def _check_budget(self, steps: int) -> None:
+        if self.max_fits is not None and len(self.search_fits) + 1 > self.max_fits:
+            raise BudgetExhausted(f"{self.max_fits} fits")
+        if self.max_seconds is not None and self._spent() + self._estimate(steps) > self.max_seconds:
+            raise BudgetExhausted(f"{self.max_seconds:g} {self._unit()}")
+
+    def _unit(self) -> str:
+        return "steps" if self.clock == "steps" else "s"
+
+    def fit(self, config: Config, seed: int, steps: int, phase: str) -> FitRecord:
+        if phase == "search":
+            self._check_budget(steps)
+        key = (config, seed, steps)
+        record = self.cache.get(key)
+        if record is None:
+            algorithms = [self.by_label[label].build(steps) for label in config]
+            started = time.perf_counter(), time.process_time()
+            quality, timer, _ = run_fit(self.make_module, self.make_data, algorithms, steps, seed, self.monitor,
+                                     self.clock, self.trainer_kwargs)
+            fit_wall = time.perf_counter() - started[0]
+            self.fit_wall_s += fit_wall
+            self.fit_cpu_s += time.process_time() - started[1]
+            self.trained += 1
+            record = FitRecord(list(config), seed, steps, quality, timer.seconds(self.clock), timer.cpu_s,
+                               timer.wall_s, phase, fit_wall)
+            self.state.fits.append(record)
+            self.cache[key] = record
+            self.state.overhead_s, self.state.overhead_cpu_s = self.overhead()
+            self.state.save()
+        (self.search_fits if phase == "search" else self.confirm_fits).append(record)
+        self._tick(record)
+        return record
+
+    def overhead(self) -> tuple[float, float]:
+        """The search's own time so far, outside the fits, wall and CPU (earlier interrupted calls included)."""
+        return (self.earlier[0] + time.perf_counter() - self.started[0] - self.fit_wall_s,
+                self.earlier[1] + time.process_time() - self.started[1] - self.fit_cpu_s)
+
+    def _tick(self, record: FitRecord) -> None:
+        if self.progress is None:
+            return
+        if record.phase == "search":
+            self.progress.update(1 if self.max_fits is not None else record.seconds)
+        label = "+".join(record.config) or "baseline"
+        self.progress.set_postfix_str(f"{record.phase} fits {len(self.search_fits)}+{len(self.confirm_fits)}, "
+                                      f"{label} seed {record.seed} @{record.steps}", refresh=True)
+
+    # --- curves ----------------------------------------------------------------------------------
+
+    def baseline(self, seed: int, phase: str) -> CurveResult:
+        key = ((), seed)
+        if key not in self.curves:
+            points = []
+            for steps in self.lengths:
+                record = self.fit((), seed, steps, phase)
+                points.append((record.seconds, record.quality))
+                if phase == "search" and len(self.search_fits) == 1:
+                    checks.check_time_budget(self.max_seconds, record, self.lengths, len(self.search_seeds),
+                                             self._unit())
+                    checks.warn_small_budget(self.max_seconds, record.seconds * sum(self.lengths) / self.lengths[0],
+                                             len(self.search_seeds), len(self.search_pool), self._unit())
+            self.curves[key] = CurveResult((), seed, phase, points, "baseline", 1.0)
+        return self.curves[key]
+
+    def curve(self, config: Config, seed: int, phase: str) -> CurveResult:
+        if not config:
+            return self.baseline(seed, phase)
+        key = (config, seed)
+        if key in self.curves:
+            return self.curves[key]
+        base = self.baseline(seed, phase).points
+        q = best_quality(base, self.higher)
+        t_base = time_to_reach(base, q, self.higher)
+        assert t_base is not None
+        points: list[tuple[float, float]] = []
+        status = "never reached Q"
+        for steps in self.lengths:
+            record = self.fit(config, seed, steps, phase)
+            points.append((record.seconds, record.quality))
+            if time_to_reach(points, q, self.higher) is not None:
+                status = "reached Q"
+                break
+            if phase == "search" and record.seconds >= t_base:
+                status = "stopped: past the baseline's time to Q"
+                break
+        speed = strict_speedup(base, points, self.higher)[0] if status == "reached Q" else None
+        result = CurveResult(config, seed, phase, points, status, speed)
+        self.curves[key] = result
+        return result
+
+    def scores(self, config: Config, seeds: Sequence[int]) -> dict[int, float | None]:
+        return {seed: self.curve(config, seed, "search").speedup for seed in seeds}
+
+    # --- the greedy loop -------------------------------------------------------------------------
+
+    @staticmethod
+    def _mean(scores: Mapping[int, float | None], seeds: Sequence[int]) -> float:
+        return statistics.mean((scores[s] or 0.0) for s in seeds)
+
+    def _name(self, config: Config) -> str:
+        return " + ".join(config) or "baseline"
+
+    def greedy(self) -> tuple[Config, dict[int, float | None]]:
+        seeds = self.search_seeds
+        for seed in seeds:
+            self.baseline(seed, "search")
+        incumbent: Config = ()
+        inc_scores: dict[int, float | None] = {s: 1.0 for s in seeds}
+        while True:
+            pool = [self._key((*incumbent, c)) for c in self.search_pool if c not in incumbent]
+            if not pool:
+                self.steps.append("every candidate is in the recipe")
+                break
+            survivors, results = list(pool), {cfg: {} for cfg in pool}
+            for i, seed in enumerate(seeds):
+                for cfg in survivors:
+                    results[cfg][seed] = self.curve(cfg, seed, "search").speedup
+                seen = seeds[: i + 1]
+                bar = self._mean(inc_scores, seen)
+                ahead = sorted((c for c in survivors if self._mean(results[c], seen) > bar),
+                               key=lambda c: -self._mean(results[c], seen))
+                if i < len(seeds) - 1:
+                    ahead = ahead[: max(1, math.ceil(len(ahead) / 2))]
+                dropped = [c for c in survivors if c not in ahead]
+                if dropped and i < len(seeds) - 1:
+                    self.steps.append(f"after seed {seed}: {', '.join(self._name(c) for c in dropped)} stopped "
+                                      f"(behind {self._name(incumbent)}'s {bar:.2f}x or in the lower half)")
+                survivors = ahead
+                if not survivors:
+                    break
+            bar = self._mean(inc_scores, seeds)
+            if not survivors or self._mean(results[survivors[0]], seeds) <= bar * (1 + self.min_gain):
+                best = f"; best addition {self._name(survivors[0])} at {self._mean(results[survivors[0]], seeds):.2f}x" \
+                    if survivors else ""
+                self.steps.append(f"no addition beats {self._name(incumbent)} ({bar:.2f}x) by more than "
+                                  f"{100 * self.min_gain:g} %{best}: stop")
+                break
+            newest = next(c for c in survivors[0] if c not in incumbent)
+            incumbent, inc_scores = survivors[0], results[survivors[0]]
+            self.incumbent, self.inc_scores = incumbent, inc_scores
+            self.steps.append(f"add {newest}: {self._name(incumbent)} at {self._mean(inc_scores, seeds):.2f}x")
+            incumbent, inc_scores = self._remove(incumbent, inc_scores, newest)
+        return incumbent, inc_scores
+
+    def _remove(self, incumbent: Config, inc_scores: dict[int, float | None],
+                newest: str) -> tuple[Config, dict[int, float | None]]:
+        """Drop earlier algorithms that stopped helping (the one just added stays)."""
+        seeds = self.search_seeds
+        while len(incumbent) > 1:
+            bar = self._mean(inc_scores, seeds)
+            trials = [(tuple(x for x in incumbent if x != a), a) for a in incumbent if a != newest]
+            scored = [(self._mean(self.scores(cfg, seeds), seeds), cfg, a) for cfg, a in trials]
+            keep = [t for t in scored if t[0] >= bar]
+            if not keep:
+                break
+            score, cfg, removed = max(keep, key=lambda t: t[0])
+            self.steps.append(f"remove {removed}: {self._name(cfg)} at {score:.2f}x >= {bar:.2f}x")
+            incumbent, inc_scores = cfg, self.scores(cfg, seeds)
+            self.incumbent, self.inc_scores = incumbent, inc_scores
+        return incumbent, inc_scores
+
+    def confirm(self, config: Config) -> SpeedUp:
+        return summarise_speedups({seed: self.curve(config, seed, "confirm").speedup for seed in self.confirm_seeds})
+
+
+def search_recipe(
+    make_module: Callable[..., Any],
+    make_data: Callable[[int], Any],
+    monitor: str = "val/acc",
+    mode: str = "max",
+    candidates: Sequence[Candidate | str] | None = None,
+    run_lengths: Sequence[int] = (50, 100, 200),
+    max_fits: int | None = None,
+    max_train_seconds: float | None = None,
+    search_seeds: Sequence[int] = (0, 1),
+    confirm_seeds: Sequence[int] = (1000, 1001, 1002),
+    trainer_kwargs: Mapping[str, Any] | None = None,
+    clock: str = "cpu",
+    min_gain: float = 0.02,
+    also_confirm: Mapping[str, Sequence[Candidate | str]] | None = None,
+    state_dir: str | Path | None = None,
+    progress: bool = True,
+) -> SearchResult:
+    """Search which candidate algorithms make this model reach the baseline's best quality sooner.
+
+    Args:
+        make_module: ``make_module(total_steps)`` (or ``make_module()``) → a fresh LightningModule
+            for a run of ``total_steps`` optimizer steps (scale its learning-rate schedule to it).
+            Called once per fit; it must return a new object every time.
+        make_data: ``make_data(seed)`` → ``(train_loader, val_loader)`` or a LightningDataModule.
+        monitor: the validation metric the module logs (``self.log("val/acc", ...)``).
+        mode: ``"max"`` (higher is better) or ``"min"`` (a loss).
+        candidates: class names or :class:`Candidate` objects; ``None``: the defaults that apply
+            to this model (:data:`~composer_bridge.search.candidates.DEFAULT_CANDIDATES`).
+        run_lengths: optimizer steps of each point of a quality-vs-time curve (ascending).
+        max_fits: the search's budget in fits (baseline fits on the search seeds included).
+        max_train_seconds: the search's budget in training time on ``clock`` (steps for ``"steps"``).
+        search_seeds: seeds the search decides on.
+        confirm_seeds: seeds the chosen recipe is confirmed on; never used by the search.
+        trainer_kwargs: your ``lightning.Trainer`` arguments (accelerator, precision, ...); the
+            search sets ``max_steps``, ``max_epochs``, ``callbacks``, ``logger`` and checkpointing.
+        clock: ``"cpu"`` (process CPU time, default: steady on shared CPUs), ``"wall"`` (for a GPU)
+            or ``"steps"`` (deterministic, for reproducibility checks).
+        min_gain: an addition must beat the current recipe's mean speed-up by this fraction.
+        also_confirm: more recipes to confirm on the same seeds (e.g. a published one), by name.
+        state_dir: where ``search.json`` lives: an interrupted search resumes from it and a
+            finished one re-reports from it without training. ``None``: nothing is saved.
+        progress: show a progress bar (fits done, budget left) on stderr.
+
+    Returns:
+        A :class:`SearchResult`.
+
+    Raises:
+        composer_bridge.search.SearchInputError: bad input, before any training (a time budget
+            smaller than the baseline curves is found after the first baseline fit).
+    """
+    arguments = dict(locals())
+    with _quiet_lightning():
+        return _search(**arguments)
+
+
+def _search(make_module: Callable[..., Any], make_data: Callable[[int], Any], monitor: str, mode: str,
+            candidates: Sequence[Candidate | str] | None, run_lengths: Sequence[int], max_fits: int | None,
+            max_train_seconds: float | None, search_seeds: Sequence[int], confirm_seeds: Sequence[int],
+            trainer_kwargs: Mapping[str, Any] | None, clock: str, min_gain: float,
+            also_confirm: Mapping[str, Sequence[Candidate | str]] | None, state_dir: str | Path | None,
+            progress: bool) -> SearchResult:
+    started = (time.perf_counter(), time.process_time())  # the probe and the checks are overhead too
+    higher = checks.check_mode(mode)
+    lengths = checks.check_run_lengths(run_lengths)
+    search_seeds, confirm_seeds = checks.check_seeds(search_seeds, confirm_seeds)
+    tkw = checks.check_trainer_kwargs(trainer_kwargs)
+    checks.check_clock(clock)
+    checks.check_budget(max_fits, max_train_seconds, len(lengths), len(search_seeds))
+    pool = as_candidates(candidates)
+    extra = {name: as_candidates(list(recipe)) for name, recipe in (also_confirm or {}).items()}
+    probe = checks.probe(make_module, make_data, monitor, lengths[0], search_seeds[0], tkw)
+    usable = checks.filter_candidates(pool, probe, lengths[0], explicit=candidates is not None)
+    # A published recipe is confirmed as it can run here: parts that cannot apply are left out, with a warning.
+    extra = {name: checks.filter_candidates(recipe, probe, lengths[0], explicit=False, what=f"also_confirm[{name!r}]")
+             for name, recipe in extra.items()}
+    checks.check_same_labels(pool, extra)
+    checks.warn_small_budget(max_fits, len(lengths), len(search_seeds), len(usable), "fits")
+    everything = usable + [c for recipe in extra.values() for c in recipe if c.label not in {u.label for u in usable}]
+    settings = {
+        "monitor": monitor, "mode": mode, "run_lengths": lengths, "search_seeds": search_seeds,
+        "confirm_seeds": confirm_seeds, "clock": clock, "min_gain": min_gain,
+        "candidates": [[c.label, c.algorithm, dict(c.kwargs)] for c in everything],
+        "search_candidates": [c.label for c in usable],
+        "also_confirm": {name: [c.label for c in recipe] for name, recipe in extra.items()},
+        "trainer_kwargs": {k: repr(v) for k, v in sorted(tkw.items())},
+    }
+    state = SearchState(Path(state_dir) / "search.json" if state_dir is not None else None, settings)
+    bar = _progress_bar(progress, max_fits, max_train_seconds, clock)
+    search = _Search(make_module, make_data, monitor, higher, everything, lengths, search_seeds, confirm_seeds,
+                     clock, tkw, max_fits, max_train_seconds, min_gain, state, bar)
+    search.search_pool = [c.label for c in usable]
+    search.started = started
+    stopped = False
+    try:
+        try:
+            incumbent, scores = search.greedy()
+        except BudgetExhausted as budget:
+            stopped = True
+            incumbent, scores = search.incumbent, search.inc_scores
+            search.steps.append(f"budget spent ({budget}): the search stops with {search._name(incumbent)}")
+        confirmed = search.confirm(incumbent) if incumbent else None
+        also = {name: search.confirm(search._key([c.label for c in recipe])) for name, recipe in extra.items()}
+        if confirmed is None and extra:
+            for seed in confirm_seeds:
+                search.baseline(seed, "confirm")
+    finally:
+        if bar is not None:
+            bar.close()
+    state.overhead_s, state.overhead_cpu_s = search.overhead()
+    state.save()
+    cost = _cost(search, max_fits, max_train_seconds)
+    recipe = [search.by_label[label] for label in incumbent]
+    result = SearchResult(
+        recipe=recipe, confirmed=confirmed, beats_baseline=bool(confirmed is not None and confirmed.mean > 1.0),
+        search_score=(statistics.mean((scores[s] or 0.0) for s in search_seeds) if incumbent else None),
+        also_confirmed=also, fits=list(state.fits), curves=list(search.curves.values()), steps=search.steps,
+        cost=cost, settings=settings, candidates=usable, stopped_by_budget=stopped,
+    )
+    return result
+
+
+def _progress_bar(progress: bool, max_fits: int | None, max_seconds: float | None, clock: str) -> Any:
+    if not progress:
+        return None
+    from tqdm.auto import tqdm
+
+    if max_fits is not None:
+        return tqdm(total=max_fits, desc="recipe search", unit="fit", leave=True)
+    unit = "step" if clock == "steps" else "s"
+    return tqdm(total=max_seconds, desc="recipe search", unit=unit, leave=True,
+                bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} " + unit + " trained [{elapsed}<{remaining}{postfix}]")
+
+
+def _cost(search: _Search, max_fits: int | None, max_seconds: float | None) -> dict[str, Any]:
+    seeds = search.search_seeds
+    baseline_runs = [sum(f.seconds for f in search.search_fits if not f.config and f.seed == s) for s in seeds]
+    one_baseline = statistics.mean(baseline_runs) if baseline_runs else float("nan")
+    search_s = sum(f.seconds for f in search.search_fits)
+    confirm_s = sum(f.seconds for f in search.confirm_fits)
+    trained_wall = sum(f.wall_s for f in search.state.fits)
+    budget = max_seconds if max_seconds is not None else (search_s if max_fits is not None else float("nan"))
+    overhead = search.state.overhead_cpu_s if search.clock == "cpu" else search.state.overhead_s
+    return {
+        "clock": search.clock, "clock_means": CLOCKS[search.clock],
+        "search_fits": len(search.search_fits), "confirm_fits": len(search.confirm_fits),
+        "search_train": search_s, "confirm_train": confirm_s,
+        "baseline_run": one_baseline,  # one baseline curve: every run length, one seed
+        "search_in_baseline_runs": search_s / one_baseline if one_baseline else float("nan"),
+        "max_fits": max_fits, "max_train": max_seconds,
+        # The search's own time outside the fits (probe, checks, bookkeeping, state writes), all calls together.
+        "overhead_s": search.state.overhead_s, "overhead_cpu_s": search.state.overhead_cpu_s,
+        # ... as a fraction of the budget, on the budget's clock (CPU time for "cpu", wall time for "wall").
+        "overhead_fraction_of_budget": (overhead / budget if budget and search.clock != "steps" else None),
+        "overhead_fraction_of_training_wall": search.state.overhead_s / trained_wall if trained_wall else None,
+        "fits_trained_now": search.trained,
+        "lightning_outside_training_s": sum(f.fit_wall_s - f.wall_s for f in search.state.fits),
+    }
+
+
+@contextlib.contextmanager
+def _quiet_lightning() -> Iterator[None]:
+    """Lightning's per-fit banners (GPU available, ...) off while the search runs; restored afterwards."""
+    loggers = [logging.getLogger(name) for name in ("lightning.pytorch", "lightning.fabric")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.WARNING)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+            warnings.filterwarnings("ignore", message=".*limit_val_batches=1.*")
+            warnings.filterwarnings("ignore", message=".*have no `val_dataloader`.*")
+            yield
+    finally:
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.setLevel(level)

@@ -1,0 +1,132 @@
+"""Which algorithms help on this task? The recipe search on the bundled vision and language tasks.
+
+    python examples/search.py                              # vision: cluttered digits, about 10 CPU-minutes
+    python examples/search.py --task language              # the character-level GPT
+    python examples/search.py --quick                      # a tiny run of the whole pipeline (seconds)
+    python examples/search.py --out outputs/search_vision  # where the state, tables and plot go
+
+**Vision**: :func:`composer_bridge.data.cluttered_digits_loaders` (digits upsampled to 24x24,
+moved, cluttered and noisy, 60 per class: a task a small ResNet is still learning after minutes)
+with ``ResNetCNN(widths=(16, 32))``, SGD with a one-cycle schedule scaled to each run's length.
+Candidates: BlurPool, LabelSmoothing, MixUp, CutOut, EMA and ProgressiveResizing; the published
+``mild`` recipe is confirmed beside the search's pick. **Language**: the 2-layer character-level
+GPT of ``examples/language.py``; candidates GradientClipping, GatedLinearUnits, SeqLengthWarmup
+and ALiBi (LowPrecisionLayerNorm replaces nothing in a full-precision CPU run, and the search
+refuses it); ``gpt-fast`` confirmed beside it.
+
+The search runs in this process, one torch thread, timed in process CPU seconds. Run it again
+with the same ``--out`` and it resumes (or, when finished, re-reports without training).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from composer_bridge import ComposerClassifier
+from composer_bridge.data import cluttered_digits_loaders
+from composer_bridge.models import ResNetCNN
+from composer_bridge.search import Candidate, from_recipe, search_recipe
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def vision_module(total_steps: int, lr: float = 0.1) -> ComposerClassifier:
+    """A small ResNet for 24x24 cluttered digits, its one-cycle schedule ``total_steps`` long."""
+    return ComposerClassifier(
+        ResNetCNN(num_classes=10, in_channels=1, widths=(16, 32)), num_classes=10,
+        optimizer=lambda params: torch.optim.SGD(params, lr=lr, momentum=0.9, nesterov=True, weight_decay=5e-4),
+        scheduler=lambda opt: torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=total_steps,
+                                                                  pct_start=0.15),
+    )
+
+
+def vision_data(seed: int) -> tuple[Any, Any]:
+    return cluttered_digits_loaders(batch_size=64, seed=seed)
+
+
+def tiny_vision_data(seed: int) -> tuple[Any, Any]:
+    return cluttered_digits_loaders(batch_size=32, seed=seed, copies=1, train_per_class=10, test_per_class=10)
+
+
+VISION_CANDIDATES = [
+    Candidate("BlurPool"),
+    Candidate("LabelSmoothing", {"smoothing": 0.1}),
+    Candidate("MixUp", {"alpha": 0.2}),
+    Candidate("CutOut", {"length": 0.25}),
+    Candidate("EMA", {"half_life": "100ba", "update_interval": "20ba"}),
+    Candidate("ProgressiveResizing", {"initial_scale": 0.5, "delay_fraction": 0.4, "finetune_fraction": 0.2}),
+]
+
+LM_BLOCK = 128
+
+
+def language_module(total_steps: int) -> Any:
+    import language  # examples/language.py
+
+    from composer_bridge.models.gpt import GPT
+
+    gpt = GPT(vocab_size=language.VOCAB_SIZE, block_size=LM_BLOCK, d_model=64, n_layers=2, n_heads=4)
+    return language.ComposerLanguageModel(gpt, total_steps=total_steps)
+
+
+def language_data(seed: int) -> tuple[Any, Any]:
+    import language
+
+    return language.text_loaders(LM_BLOCK, 4, seed)
+
+
+LANGUAGE_CANDIDATES = [
+    Candidate("GradientClipping", {"clipping_type": "norm", "clipping_threshold": 1.0}),
+    Candidate("GatedLinearUnits"),
+    Candidate("SeqLengthWarmup", {"duration": 0.3, "min_seq_length": 8, "max_seq_length": LM_BLOCK, "step_size": 8}),
+    Candidate("Alibi", {"max_sequence_length": LM_BLOCK, "train_sequence_length_scaling": 0.25}),
+]
+
+
+def main(argv: list[str] | None = None) -> Any:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--task", choices=("vision", "language"), default="vision")
+    parser.add_argument("--quick", action="store_true", help="a tiny search (seconds): the pipeline, not a result")
+    parser.add_argument("--budget", type=float, default=None, help="search budget in training CPU seconds")
+    parser.add_argument("--search-seeds", type=int, nargs="+", default=[0, 1])
+    parser.add_argument("--confirm-seeds", type=int, nargs="+", default=[1000, 1001, 1002])
+    parser.add_argument("--run-lengths", type=int, nargs="+", default=None)
+    parser.add_argument("--out", default=None, help="state, tables and plot (default outputs/search_<task>)")
+    parser.add_argument("--no-progress", action="store_true")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)  # steadier CPU timings on shared cores; these models gain nothing from more
+    out = Path(args.out or f"outputs/search_{args.task}{'_quick' if args.quick else ''}")
+    if args.task == "vision":
+        make_module, make_data, candidates, monitor, mode = (
+            vision_module, tiny_vision_data if args.quick else vision_data, VISION_CANDIDATES, "val/acc", "max")
+        published = {"published mild": from_recipe("mild", prefix="mild")}
+        lengths = [2, 4] if args.quick else [40, 80, 160]
+    else:
+        make_module, make_data, candidates, monitor, mode = (
+            language_module, language_data, LANGUAGE_CANDIDATES, "val/bits_per_char", "min")
+        published = {"published gpt-fast": from_recipe("gpt-fast", prefix="gpt-fast", max_seq_length=LM_BLOCK)}
+        lengths = [2, 4] if args.quick else [25, 50, 100]
+    if args.quick:
+        candidates = candidates[:2]
+    budget = args.budget or (1e9 if args.quick else 300.0)
+    result = search_recipe(
+        make_module, make_data, monitor=monitor, mode=mode, candidates=candidates,
+        run_lengths=args.run_lengths or lengths, max_train_seconds=None if args.quick else budget,
+        max_fits=30 if args.quick else None,
+        search_seeds=args.search_seeds, confirm_seeds=args.confirm_seeds, also_confirm=published,
+        trainer_kwargs={"accelerator": "cpu", "devices": 1}, state_dir=out, progress=not args.no_progress,
+    )
+    paths = result.write(out)
+    print(result.summary())
+    print("\n".join(f"  {s}" for s in result.steps))
+    print(f"\n{result.python_code()}\n\nwritten: {', '.join(str(p) for p in paths.values())}")
+    return result
+
+
+if __name__ == "__main__":
+    main()
