@@ -28,6 +28,7 @@ WITHOUT_EXAMPLES = {
     "composer_bridge.functional",
     "composer_bridge.lightning",
     "composer_bridge.models",
+    "composer_bridge.training",
     # no example yet: the recipe search's exception classes, and its loop (each example would run fits)
     "composer_bridge.search.errors",
     "composer_bridge.search.search",

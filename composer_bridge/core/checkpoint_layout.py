@@ -1,7 +1,7 @@
 """The layout of the bridge's entry in a checkpoint, for readers that must not depend on who wrote it.
 
 The Lightning bridge writes one entry into ``checkpoint["callbacks"]`` (see
-:mod:`composer_bridge.lightning.checkpoint_state`, which owns writing and checking it)::
+:mod:`composer_bridge.training.checkpoint_state`, which owns writing and checking it)::
 
     {"format": "composer_bridge/1", "algorithms": [{"class": "EMA", "state": {...}, ...}, ...], ...}
 

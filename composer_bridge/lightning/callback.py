@@ -13,7 +13,7 @@ engine, logger, step clock, module hooks, traces, cost, conflicts), which fires 
 :data:`~composer_bridge.lightning.hook_map.HOOK_EVENTS` lists for it. What the module calls
 during a step is :class:`~composer_bridge.lightning.steps.ModuleSteps`; what is refused at setup,
 :mod:`~composer_bridge.lightning.setup_checks`; checkpoints,
-:class:`~composer_bridge.lightning.checkpoint_state.BridgeCheckpoint`. Lightning details that are
+:class:`~composer_bridge.training.checkpoint_state.BridgeCheckpoint`. Lightning details that are
 not public API are used only through :mod:`~composer_bridge.lightning._compat`.
 """
 
@@ -35,13 +35,13 @@ from composer_bridge.core.logger import Logger
 from composer_bridge.core.passes import normalize_passes
 from composer_bridge.core.state import State
 from composer_bridge.lightning import _compat
-from composer_bridge.lightning.checkpoint_state import BridgeCheckpoint, check_known_algorithms
-from composer_bridge.lightning.cost_report import CostReport
-from composer_bridge.lightning.plan import Plan
 from composer_bridge.lightning.run import BridgeRun
 from composer_bridge.lightning.setup_checks import BridgeConfigurationError
 from composer_bridge.lightning.steps import RENAMED_STEPS, renamed_step
 from composer_bridge.lightning.traces import TraceMode, TraceStore
+from composer_bridge.training.checkpoint_state import BridgeCheckpoint, check_known_algorithms
+from composer_bridge.training.cost_report import CostReport
+from composer_bridge.training.plan import Plan
 
 __all__ = ["AlgorithmEngineCallback", "BridgeConfigurationError"]
 

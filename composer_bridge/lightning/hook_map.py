@@ -14,7 +14,7 @@ Rules the table cannot show, kept by the run:
   handler); the epoch, fit and eval events always fire;
 - ``on_train_batch_start`` fires its events on the *first* micro-batch of an optimizer step and
   ``on_train_batch_end`` on the micro-batch after which Lightning's ``global_step`` moved (see
-  :mod:`~composer_bridge.lightning.step_clock`);
+  :mod:`~composer_bridge.training.step_clock`);
 - ``on_before_optimizer_step`` fires ``AFTER_TRAIN_BATCH`` before *every* optimizer step, with
   ``state.stepping_optimizer`` set: once per step in automatic optimization, once per
   ``optimizer.step()`` call in manual optimization, and once per gradient under SAM;

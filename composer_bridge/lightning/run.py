@@ -3,7 +3,7 @@
 :class:`~composer_bridge.AlgorithmEngineCallback` holds its configuration (algorithms, passes,
 seed, trace settings) and one :class:`BridgeRun`. The run holds what a training run accumulates:
 the :class:`~composer_bridge.State`, the :class:`~composer_bridge.Engine` and its logger, the
-:class:`~composer_bridge.lightning.step_clock.StepClock`, the hooks installed on the module
+:class:`~composer_bridge.training.step_clock.StepClock`, the hooks installed on the module
 (:class:`~composer_bridge.lightning.module_hooks.ModuleHooks`), the traces
 (:class:`~composer_bridge.lightning.traces.TraceReporting`), the cost of each algorithm and the
 conflicts found at setup. A copy of the callback, or a *different* model given to it, gets a
@@ -40,18 +40,19 @@ from composer_bridge.core.event import Event
 from composer_bridge.core.logger import Logger
 from composer_bridge.core.state import State
 from composer_bridge.core.time import Time, Timestamp, TimeUnit
-from composer_bridge.lightning import _compat, algorithm_runs
-from composer_bridge.lightning.cost_report import CostReport
-from composer_bridge.lightning.cost_report import cost_report as build_cost_report
+from composer_bridge.lightning import _compat
 from composer_bridge.lightning.hook_map import HOOK_EVENTS
 from composer_bridge.lightning.module import ComposerModule, _batch_size, attach_bridge, detach_bridge
 from composer_bridge.lightning.module_hooks import ModuleHooks
-from composer_bridge.lightning.plan import Plan, make_plan
 from composer_bridge.lightning.setup_checks import check_module, check_trainer
-from composer_bridge.lightning.step_clock import StepClock
 from composer_bridge.lightning.steps import ModuleSteps
 from composer_bridge.lightning.traces import TraceReporting
 from composer_bridge.lightning.wandb_report import wandb_run_config
+from composer_bridge.training import algorithm_runs
+from composer_bridge.training.cost_report import CostReport
+from composer_bridge.training.cost_report import cost_report as build_cost_report
+from composer_bridge.training.plan import Plan, make_plan
+from composer_bridge.training.step_clock import StepClock
 
 __all__ = ["BridgeRun"]
 

@@ -18,7 +18,7 @@ the module training as a plain LightningModule.
 Example:
     >>> import torch
     >>> from composer_bridge.core import Engine, Event, State
-    >>> from composer_bridge.lightning.step_clock import StepClock
+    >>> from composer_bridge.training.step_clock import StepClock
     >>> class Steps(ModuleSteps):  # the smallest run: a state, a clock and an engine to fire into
     ...     def __init__(self, state):
     ...         self.state, self.clock, self.listening = state, StepClock(), True
@@ -47,7 +47,7 @@ from composer_bridge.core.event import Event
 from composer_bridge.core.state import State
 from composer_bridge.lightning.hook_map import HOOK_EVENTS
 from composer_bridge.lightning.module import _batch_size
-from composer_bridge.lightning.step_clock import StepClock
+from composer_bridge.training.step_clock import StepClock
 
 __all__ = ["RENAMED_STEPS", "ModuleSteps", "renamed_step"]
 

@@ -12,8 +12,8 @@ from support import image_loader, quiet_trainer, tiny_classifier
 
 from composer_bridge import Algorithm, AlgorithmEngineCallback, Event
 from composer_bridge.core.passes import DEFAULT_PASSES, sort_to_front
-from composer_bridge.lightning.cost_report import CostRow, cost_report
-from composer_bridge.lightning.plan import make_plan
+from composer_bridge.training.cost_report import CostRow, cost_report
+from composer_bridge.training.plan import make_plan
 
 
 class Recorder(Algorithm):
