@@ -22,7 +22,7 @@ from composer_bridge.core.batch import BatchKey, set_batch_item
 if TYPE_CHECKING:
     from composer_bridge.core.state import State
 
-__all__ = ["check_alpha", "loss_against", "require_tensors"]
+__all__ = ["check_alpha", "loss_against", "require_floating_inputs", "require_tensors"]
 
 
 def check_alpha(alpha: float, name: str, default: float) -> None:
@@ -35,7 +35,13 @@ def check_alpha(alpha: float, name: str, default: float) -> None:
 
 
 def loss_against(state: State, target_key: BatchKey, target: torch.Tensor, name: str) -> torch.Tensor:
-    """The model's loss on ``state.outputs`` with the batch's targets replaced by ``target``."""
+    """The model's loss on ``state.outputs`` with the batch's targets replaced by ``target``.
+
+    Uses ``state.loss_source`` when the adapter set one (a plain module's own loss), else the
+    model's ``loss(outputs, batch)``.
+    """
+    if state.loss_source is not None:
+        return state.loss_source.loss(state.outputs, target)
     loss_fn = getattr(state.model, "loss", None)
     if not callable(loss_fn):
         raise TypeError(
@@ -56,3 +62,13 @@ def require_tensors(name: str, **items: Any) -> None:
                 f"{name} mixes one tensor of {what}, got {type(value).__name__}. Point input_key/target_key "
                 "at a tensor in the batch."
             )
+
+
+def require_floating_inputs(name: str, input: torch.Tensor, input_key: BatchKey) -> None:
+    """Raise ``TypeError`` when the inputs to mix are not floating point (token ids, class labels)."""
+    if not input.is_floating_point():
+        raise TypeError(
+            f"{name} mixes the inputs at input_key={input_key!r}, but they are {input.dtype} values (token ids or "
+            "labels?): a weighted mix of them is not an input the model can read. Use it on image or feature "
+            "tensors, or point input_key at the floating-point inputs."
+        )

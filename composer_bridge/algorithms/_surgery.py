@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from composer_bridge.algorithms._sharding import sharding_kind
 from composer_bridge.core.algorithm import Algorithm
 from composer_bridge.core.event import Event
 
@@ -159,6 +160,7 @@ def replace_modules(
             "Surgery cannot change a model already wrapped in DistributedDataParallel: DDP has registered its "
             "parameters. Apply it to model.module before wrapping (the bridge does this at Event.INIT)."
         )
+    check_not_sharded(model, "replace_modules")
     _check_policies(policies)
     opts = as_optimizer_list(optimizers)
     counters: dict[Any, int] = {}
@@ -225,6 +227,22 @@ def replace_modules(
     if opts and done:
         _update_optimizers(model, opts, done)
     return done
+
+
+def check_not_sharded(model: nn.Module, who: str) -> None:
+    """Refuse surgery on a model FSDP2 already sharded (``fully_shard``: ``FSDPModule``s, ``DTensor`` parameters).
+
+    A replaced module would hold ordinary parameters that FSDP never gathers or reduces, and the
+    modules it replaces would keep their shards: training would silently diverge between ranks.
+    """
+    kind = sharding_kind(model)
+    if kind is not None:
+        raise RuntimeError(
+            f"{who} cannot change the model: it is already sharded ({kind}). Surgery must run before sharding: "
+            "with Lightning's ModelParallelStrategy, apply fully_shard in LightningModule.configure_model (the "
+            "bridge runs surgery at Event.INIT, in Callback.setup, before configure_model), not in __init__ or "
+            "before fit; or apply the surgery yourself before fully_shard."
+        )
 
 
 def _position(param: torch.Tensor, opts: list[torch.optim.Optimizer]) -> tuple[int, int] | None:
@@ -341,6 +359,7 @@ class SurgeryAlgorithm(Algorithm):
         return {self.replaced_hparam_key: replaced} if self.replaced_hparam_key else {}
 
     def apply(self, event: Event, state: State, logger: Logger) -> None:
+        check_not_sharded(state.model, type(self).__name__)
         replaced = self.surgery(state)
         logger.log_metrics({f"{type(self).__name__}/num_replaced": replaced})
         hparams = self.surgery_hparams(state, replaced)

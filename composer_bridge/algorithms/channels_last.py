@@ -59,12 +59,18 @@ class ChannelsLast(SurgeryAlgorithm):
     Composer's ChannelsLast is not required on load (weights load into any layout); here every
     surgery algorithm is, so that a resumed run trains with the same layout. No hyper-parameters.
 
+    Not with FSDP2: torch's ``fully_shard`` refuses non-contiguous (channels-last) parameters, so
+    the bridge refuses ChannelsLast under Lightning's ``ModelParallelStrategy`` at setup
+    (``non_contiguous_weights``).
+
     Example:
         >>> ChannelsLast()
         ChannelsLast()
     """
 
     converts_memory_format = True
+    #: the weights it leaves are not contiguous (FSDP2 cannot shard them)
+    non_contiguous_weights = True
 
     def __init__(self) -> None:
         pass

@@ -26,7 +26,12 @@ import torch
 
 from composer_bridge.algorithms._boxes import Box, random_box
 from composer_bridge.algorithms._draws import random_permutation, sample_beta
-from composer_bridge.algorithms._mixing import check_alpha, loss_against, require_tensors
+from composer_bridge.algorithms._mixing import (
+    check_alpha,
+    loss_against,
+    require_floating_inputs,
+    require_tensors,
+)
 from composer_bridge.algorithms._targets import targets_as_probabilities
 from composer_bridge.core.algorithm import Algorithm
 from composer_bridge.core.batch import BatchKey
@@ -163,6 +168,7 @@ class CutMix(Algorithm):
         self.alpha = alpha
         self.interpolate_loss = interpolate_loss
         self.interpolates_loss = interpolate_loss
+        self.replaces_targets = not interpolate_loss  # probability targets at BEFORE_LOSS
         self.uniform_sampling = uniform_sampling
         self.input_key = input_key
         self.target_key = target_key
@@ -181,6 +187,7 @@ class CutMix(Algorithm):
         target = state.batch_get_item(self.target_key)
         require_tensors(name, inputs=input, targets=target)
         if event == Event.BEFORE_FORWARD:
+            require_floating_inputs(name, input, self.input_key)
             if input.ndim < 3:
                 raise ValueError(f"CutMix needs images of shape (N, C, H, W), got inputs of shape {tuple(input.shape)}.")
             host = state.generator(name, "cpu")

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from composer_bridge.algorithms._schedule import in_unit, parse_time_hparam
+from composer_bridge.algorithms._sharding import full_tensor, is_dtensor, like, reshard
 from composer_bridge.core.algorithm import Algorithm
 from composer_bridge.core.checkpoint_layout import algorithm_states
 from composer_bridge.core.event import Event
@@ -79,7 +80,7 @@ def compute_ema(
             average = targets.get(name)
             if average is None:
                 continue
-            current = tensor.detach().to(average.device)
+            current = like(tensor.detach(), average)
             if average.is_floating_point():
                 average.copy_(average * smoothing + current * (1.0 - smoothing))
             else:
@@ -263,6 +264,7 @@ class EMA(Algorithm):
         self._swap_out(state.model)
         if self._ema is None and not self._should_start(state):
             return
+        reshard(state.model)  # FSDP2: average the shards, never a gathered copy
         count = state.timestamp.get(self._interval.unit).value
         if self._ema is not None and int(count) % int(self._interval.value) != 0:
             return
@@ -279,14 +281,18 @@ class EMA(Algorithm):
 
     # --- swapping -----------------------------------------------------------------------------
     def _ensure_device(self, model: torch.nn.Module) -> None:
+        """Follow the model's device and dtype, and its sharding (a whole tensor from a checkpoint is sliced)."""
         assert self._ema is not None
         for name, tensor in _averaged_entries(model):
             stored = self._ema.get(name)
-            if stored is not None and (stored.device != tensor.device or stored.dtype != tensor.dtype):
-                self._ema[name] = stored.to(device=tensor.device, dtype=tensor.dtype)
+            if stored is not None and (
+                stored.device != tensor.device or stored.dtype != tensor.dtype or is_dtensor(stored) != is_dtensor(tensor)
+            ):
+                self._ema[name] = like(stored, tensor)
 
     def _exchange(self, model: torch.nn.Module) -> None:
         assert self._ema is not None
+        reshard(model)  # FSDP2 leaves the root's parameters gathered after an evaluation forward
         self._ensure_device(model)
         with torch.no_grad():
             for name, tensor in _averaged_entries(model):
@@ -315,15 +321,19 @@ class EMA(Algorithm):
         pending, self._pending_training = self._pending_training, None
         if not pending:
             return
+        reshard(model)
         with torch.no_grad():
             for name, tensor in _averaged_entries(model):
                 if name in pending:
-                    tensor.copy_(pending[name].to(tensor.device))
+                    tensor.copy_(like(pending[name], tensor))
 
     # --- public helpers -----------------------------------------------------------------------
     @property
     def ema_weights(self) -> dict[str, torch.Tensor] | None:
-        """The averaged tensors by state-dict name (``None`` before averaging starts); copies."""
+        """The averaged tensors by state-dict name (``None`` before averaging starts); copies.
+
+        Under FSDP2 they are ``DTensor`` shards like the parameters (``.full_tensor()`` gathers one).
+        """
         if self._ema is None:
             return None
         if self._swapped:
@@ -336,14 +346,21 @@ class EMA(Algorithm):
             raise RuntimeError("EMA has no average yet: it starts at the first update after ema_start.")
         if self._swapped:
             return model
+        reshard(model)
         with torch.no_grad():
             for name, tensor in _averaged_entries(model):
                 if name in self._ema:
-                    tensor.copy_(self._ema[name].to(tensor.device))
+                    tensor.copy_(like(self._ema[name], tensor))
         return model
 
     # --- checkpoints --------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
+        """The average and counters; whole tensors also under FSDP2 (gathered: every rank must call it).
+
+        Lightning writes callback state from rank zero alone, so a shard would lose the other ranks'
+        part of the average; :meth:`load_state_dict` keeps the whole tensors and the next use slices
+        them like the model's parameters.
+        """
         state: dict[str, Any] = {
             "num_updates": self.num_updates,
             "smoothing": self._smoothing if self._ema is not None else None,
@@ -356,10 +373,13 @@ class EMA(Algorithm):
             # The model (saved by the Trainer) holds the average; record the training weights too.
             model = self._swapped_into
             assert model is not None
-            state["ema_weights"] = {name: t.detach().clone() for name, t in _averaged_entries(model) if name in self._ema}
-            state["training_weights"] = {name: t.detach().clone() for name, t in self._ema.items()}
+            reshard(model)
+            state["ema_weights"] = {
+                name: full_tensor(t.detach()).clone() for name, t in _averaged_entries(model) if name in self._ema
+            }
+            state["training_weights"] = {name: full_tensor(t.detach()).clone() for name, t in self._ema.items()}
         else:
-            state["ema_weights"] = {name: t.detach().clone() for name, t in self._ema.items()}
+            state["ema_weights"] = {name: full_tensor(t.detach()).clone() for name, t in self._ema.items()}
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

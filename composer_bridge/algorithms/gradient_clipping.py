@@ -95,8 +95,10 @@ def apply_gradient_clipping(
         clipping_type: ``'norm'``, ``'value'`` or ``'adaptive'``.
         clipping_threshold: the maximum norm, the maximum absolute value, or the maximum ratio of
             gradient norm to weight norm.
-        fsdp_enabled: the model holds FSDP (v1) modules; clip with their sharding-aware
+        fsdp_enabled: the model holds FSDP (v1) modules; ``'norm'`` clips with their sharding-aware
             ``clip_grad_norm_`` (found automatically too). ``'adaptive'`` is not available there.
+            FSDP2 (``fully_shard``, ``DTensor`` gradients) needs nothing: torch's clipping functions
+            compute the global norm over all ranks' shards, and every unit of AGC lies within one shard.
 
     Example:
         >>> import torch
@@ -114,11 +116,13 @@ def apply_gradient_clipping(
                 "apply_gradient_clipping(clipping_type='adaptive') is not available for FSDP-sharded models: each "
                 "rank holds only a shard of every unit. Use 'norm' or 'value'."
             )
-        for root in roots:
-            norm_type = 2.0 if clipping_type == "norm" else float("inf")
-            root.clip_grad_norm_(max_norm=clipping_threshold, norm_type=norm_type)  # type: ignore[operator]
-        if roots:
-            return
+        if clipping_type == "norm":
+            for root in roots:  # the global norm over every rank's shards
+                root.clip_grad_norm_(max_norm=clipping_threshold)  # type: ignore[operator]
+            if roots:
+                return
+        # 'value' clamps each entry: the same on a shard as on the whole tensor (Composer instead scales
+        # by the infinity norm under FSDP1, which is not what 'value' does without FSDP)
     parameters = list(model.parameters() if isinstance(model, torch.nn.Module) else model)
     if clipping_type == "norm":
         torch.nn.utils.clip_grad_norm_(parameters, max_norm=clipping_threshold)

@@ -101,6 +101,7 @@ class LabelSmoothing(Algorithm):
 
     unique = True
     needs_loss_events = True
+    replaces_targets = True  # probability targets at BEFORE_LOSS
 
     def __init__(self, smoothing: float = 0.1, target_key: BatchKey = 1) -> None:
         _check_smoothing(smoothing)
@@ -126,6 +127,12 @@ class LabelSmoothing(Algorithm):
                     f"LabelSmoothing needs tensor outputs (or an output object with a .logits tensor) and "
                     f"tensor targets, got outputs of type {type(state.outputs).__name__} and targets of type "
                     f"{type(labels).__name__}."
+                )
+            if class_dim == 1 and (logits.ndim < 2 or logits.shape[1] < 2):
+                raise ValueError(
+                    f"LabelSmoothing spreads smoothing over the classes along dimension 1, but the outputs have shape "
+                    f"{tuple(logits.shape)} (one binary logit per example?): there is no other class to give it to. "
+                    "Fix: output one logit per class (N, 2) with cross-entropy, or leave LabelSmoothing out."
                 )
             self.original_labels = labels
             state.batch_set_item(self.target_key, smooth_labels(logits, labels, self.smoothing, class_dim))

@@ -21,7 +21,12 @@ from typing import TYPE_CHECKING
 import torch
 
 from composer_bridge.algorithms._draws import random_permutation, sample_beta
-from composer_bridge.algorithms._mixing import check_alpha, loss_against, require_tensors
+from composer_bridge.algorithms._mixing import (
+    check_alpha,
+    loss_against,
+    require_floating_inputs,
+    require_tensors,
+)
 from composer_bridge.algorithms._targets import targets_as_probabilities
 from composer_bridge.core.algorithm import Algorithm
 from composer_bridge.core.batch import BatchKey
@@ -123,6 +128,7 @@ class MixUp(Algorithm):
         self.alpha = alpha
         self.interpolate_loss = interpolate_loss
         self.interpolates_loss = interpolate_loss
+        self.replaces_targets = not interpolate_loss  # probability targets at BEFORE_LOSS
         self.input_key = input_key
         self.target_key = target_key
         self.mixing = 0.0
@@ -138,6 +144,7 @@ class MixUp(Algorithm):
         if event == Event.BEFORE_FORWARD:
             input = state.batch_get_item(self.input_key)
             require_tensors("MixUp", inputs=input, targets=target)
+            require_floating_inputs("MixUp", input, self.input_key)
             z = sample_beta(self.alpha, state.generator(type(self).__name__, "cpu"))
             self.mixing = min(z, 1.0 - z)
             self.indices = random_permutation(

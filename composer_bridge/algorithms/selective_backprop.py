@@ -203,9 +203,11 @@ class SelectiveBackprop(Algorithm):
 
     1. ``loss_fn(outputs, targets)`` if given: it must return one loss per example, e.g.
        ``functools.partial(torch.nn.functional.cross_entropy, reduction="none")``;
-    2. the model's ``loss(outputs, batch, reduction="none")`` if its ``loss`` takes a
+    2. for a plain module (``state.loss_source`` set by the adapter), the loss its training step
+       was seen to compute, with ``reduction="none"``, on ``module(inputs)``;
+    3. the model's ``loss(outputs, batch, reduction="none")`` if its ``loss`` takes a
        ``reduction`` argument (Composer's convention);
-    3. otherwise the model's ``loss(outputs, batch)`` evaluated per example with
+    4. otherwise the model's ``loss(outputs, batch)`` evaluated per example with
        :func:`torch.func.vmap` over one-example batches: exact for any loss that averages (or
        sums) over examples, such as :class:`~composer_bridge.ComposerClassifier`'s.
 
@@ -279,7 +281,8 @@ target_key=1, loss_fn=None)
 
     def apply(self, event: Event, state: State, logger: Logger) -> None:
         if event == Event.INIT:  # Composer's set-up event: check where the losses will come from, select nothing
-            self._check_loss_source(state.model)
+            if state.loss_source is None:
+                self._check_loss_source(state.model)
             return
         input = state.batch_get_item(self.input_key)
         target = state.batch_get_item(self.target_key)
@@ -290,11 +293,16 @@ target_key=1, loss_fn=None)
             )
         batch = state.batch
         model = state.model
+        source = state.loss_source
 
         def forward(inputs: torch.Tensor) -> Any:
+            if source is not None:  # a module that takes the inputs alone (its training_step unpacks the batch)
+                return source.forward(inputs)
             return model(set_batch_item(copy.copy(batch), self.input_key, inputs))
 
         def per_example_loss(outputs: Any, targets: torch.Tensor, reduction: str = "none") -> torch.Tensor:
+            if source is not None and self.loss_fn is None:
+                return source.loss(outputs, targets, reduction="none")
             return self._per_example_loss(model, outputs, batch, targets)
 
         with _autocast(state, input.device):

@@ -38,6 +38,7 @@ import torch
 from torch import nn
 
 from composer_bridge.algorithms._schedule import schedule_point
+from composer_bridge.algorithms._sharding import is_sharded
 from composer_bridge.algorithms._surgery import SurgeryAlgorithm, replace_modules, warn_no_effect
 from composer_bridge.core.event import Event
 from composer_bridge.core.time import Time, TimeUnit
@@ -310,13 +311,17 @@ class StochasticDepth(SurgeryAlgorithm):
         drop_warmup: ramp the drop rate linearly from 0 over this long (a fraction of the run,
             or ``"0.1dur"``, ``"2ep"``, ``"100ba"``); only with ``"block"`` (as in Composer).
         policy: your own ``{block class: fn}`` entries (see the module docs).
+        same_on_every_rank: drop the same blocks on every rank. ``None`` (default): only when the
+            model is sharded (FSDP2, ``fully_shard``), where each block's parameters are gathered by
+            a collective that every rank must join, so all ranks must run the same blocks; under
+            DDP each rank draws its own drops, as Composer does.
 
     In ``"block"`` mode ``find_unused_parameters`` is true, so the bridge configures DDP for it.
 
     Example:
         >>> StochasticDepth(drop_rate=0.1)  # doctest: +NORMALIZE_WHITESPACE
         StochasticDepth(target_layer_name='BasicBlock', stochastic_method='block', drop_rate=0.1,
-                        drop_distribution='linear', drop_warmup=0.0, policy=None)
+                        drop_distribution='linear', drop_warmup=0.0, policy=None, same_on_every_rank=None)
     """
 
     def __init__(
@@ -327,8 +332,11 @@ class StochasticDepth(SurgeryAlgorithm):
         drop_distribution: str = "linear",
         drop_warmup: float | str | Time = 0.0,
         policy: StochasticDepthPolicy | None = None,
+        same_on_every_rank: bool | None = None,
     ) -> None:
         _check(stochastic_method, drop_rate, drop_distribution)
+        if same_on_every_rank not in (None, True, False):
+            raise TypeError(f"StochasticDepth(same_on_every_rank={same_on_every_rank!r}): must be None, True or False.")
         _policy(target_layer_name, policy)
         # A warm-up may outlast the run (the drop rate then never reaches drop_rate), as before.
         self._warmup = schedule_point(drop_warmup, "drop_warmup", "StochasticDepth", at_most_one_run=False)
@@ -343,6 +351,7 @@ class StochasticDepth(SurgeryAlgorithm):
         self.drop_distribution = drop_distribution
         self.drop_warmup = drop_warmup
         self.policy = policy
+        self.same_on_every_rank = same_on_every_rank
 
     @property  # type: ignore[override]
     def find_unused_parameters(self) -> bool:
@@ -388,6 +397,9 @@ class StochasticDepth(SurgeryAlgorithm):
             logger.log_metrics({"StochasticDepth/drop_rate": self.drop_rate * factor})
         else:
             device = torch.device("cpu") if self.stochastic_method == "block" else state.device
-            generator = state.generator(type(self).__name__, device)
+            shared = self.same_on_every_rank
+            if shared is None:  # a sharded model: every rank must run the same blocks (FSDP2 gathers per block)
+                shared = self.stochastic_method == "block" and is_sharded(state.model)
+            generator = state.generator(type(self).__name__, device, same_on_every_rank=shared)
             for block in self._blocks(state):
                 block.generator = generator

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from composer_bridge.algorithms._schedule import parse_time_hparam
+from composer_bridge.algorithms._sharding import full_tensor, is_dtensor, like, reshard
 from composer_bridge.core.algorithm import Algorithm
 from composer_bridge.core.event import Event
 from composer_bridge.core.logger import Logger
@@ -176,6 +177,7 @@ class SWA(Algorithm):
             self.get_swa_model(state.model)
 
     def _update_average(self, model: torch.nn.Module) -> None:
+        reshard(model)  # FSDP2: average the shards, never a gathered copy
         with torch.no_grad():
             if self._average is None:
                 self._average = {name: p.detach().clone() for name, p in model.named_parameters()}
@@ -185,8 +187,8 @@ class SWA(Algorithm):
                     average = self._average.get(name)
                     if average is None:
                         continue
-                    if average.device != param.device:
-                        average = self._average[name] = average.to(param.device)
+                    if average.device != param.device or is_dtensor(average) != is_dtensor(param):
+                        average = self._average[name] = like(average, param)  # a checkpoint's whole tensor
                     average.copy_(average + (param.detach() - average) / (n + 1))
         self.num_averaged += 1
 
@@ -209,16 +211,20 @@ class SWA(Algorithm):
         """Copy the averaged parameters into ``model`` (in place) and return it."""
         if self._average is None:
             raise RuntimeError("SWA has no average yet: it starts at the first update after swa_start.")
+        reshard(model)
         with torch.no_grad():
             for name, param in model.named_parameters():
                 if name in self._average:
-                    param.copy_(self._average[name].to(param.device))
+                    param.copy_(like(self._average[name], param))
         return model
 
     # --- checkpoints --------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
+        """Counters, learning-rate state and the average; whole tensors under FSDP2 (gathered: all ranks call it)."""
         return {
-            "average": {} if self._average is None else {k: v.detach().clone() for k, v in self._average.items()},
+            "average": {} if self._average is None else {
+                k: full_tensor(v.detach()).clone() for k, v in self._average.items()
+            },
             "num_averaged": self.num_averaged,
             "step_counter": self.step_counter,
             "swa_started": self.swa_started,

@@ -73,9 +73,16 @@ class Algorithm(ABC):
     #: Converts the model's layers to another memory format at ``INIT`` (ChannelsLast): ``plan()``
     #: warns when a model-surgery algorithm runs after it (the layers it creates keep the default format).
     converts_memory_format: bool = False
+    #: Leaves the model's weights non-contiguous (ChannelsLast): refused with FSDP2, which cannot shard them.
+    non_contiguous_weights: bool = False
+    #: Turns the targets into probabilities at ``BEFORE_LOSS`` (LabelSmoothing; MixUp and CutMix
+    #: without loss interpolation): the bridge refuses a plain module's loss that cannot take them.
+    replaces_targets: bool = False
 
     # --- what it needs from the training loop (refused at setup when missing) -----------------
-    #: A module with separate ``forward`` and ``loss`` (the BEFORE_FORWARD ... AFTER_LOSS events).
+    #: Acts between the forward pass and the loss (the BEFORE_FORWARD ... AFTER_LOSS events): a
+    #: module with separate ``forward`` and ``loss``, or a plain ``training_step`` module whose loss
+    #: call the bridge can see (it refuses one where it cannot).
     needs_loss_events: bool = False
     #: The run's length (``max_epochs`` or ``max_steps``), to place a schedule given as a fraction of the run.
     needs_run_length: bool = False

@@ -25,6 +25,7 @@ from composer_bridge.core.time import Time, Timestamp, TimeUnit
 if TYPE_CHECKING:
     from composer_bridge.core.algorithm import Algorithm
     from composer_bridge.core.callback import Callback
+    from composer_bridge.core.loss_source import LossSource
 
 __all__ = ["State"]
 
@@ -66,6 +67,10 @@ class State:
       ``evaluating`` (an evaluation or prediction is running), ``automatic_optimization`` (the
       loop steps the optimizers itself; ``False`` when the user's code calls ``optimizer.step()``),
       ``stepping_optimizer`` (the optimizer about to step, at ``AFTER_TRAIN_BATCH``);
+    - ``loss_source``: for a model that computes forward and loss in one step (a plain
+      LightningModule), the forward pass and loss the adapter saw it use
+      (:class:`~composer_bridge.core.loss_source.LossSource`); ``None`` for a model with
+      ``forward(batch)`` and ``loss(outputs, batch)`` apart;
     - ``trainer``: the framework object driving the loop, for framework-specific access;
     - ``extra``: a free dict for anything else.
     """
@@ -120,6 +125,7 @@ class State:
         self.automatic_optimization = True
         self.stepping_optimizer: torch.optim.Optimizer | None = None
         self.stop_requested = False
+        self.loss_source: LossSource | None = None
         self.extra: dict[str, Any] = {}
         self._generators: dict[tuple[str, str], tuple[torch.Generator, tuple[int, ...]]] = {}
 
@@ -246,10 +252,14 @@ class State:
         self.batch = set_batch_item(self.batch, key, value)
 
     # --- randomness ---------------------------------------------------------------------------
-    def generator(self, key: str, device: torch.device | str | None = None) -> torch.Generator:
+    def generator(
+        self, key: str, device: torch.device | str | None = None, *, same_on_every_rank: bool = False
+    ) -> torch.Generator:
         """A ``torch.Generator`` on ``device`` for the caller named ``key`` (an algorithm's class name).
 
-        Its seed is a pure function of ``(seed, rank, key, epoch, step, micro-batch, eval batch)``,
+        Its seed is a pure function of ``(seed, rank, key, epoch, step, micro-batch, eval batch)``
+        (without the rank when ``same_on_every_rank``: for draws every rank must agree on, such as
+        which modules run under a sharded model),
         re-derived whenever the loop moves on; the eval batch counts only while ``evaluating``, so
         training draws never depend on how many evaluation batches ran before them. Randomness
         therefore depends only on *where* in training it is drawn: a run resumed from a checkpoint draws exactly what the uninterrupted
@@ -271,12 +281,13 @@ class State:
             int(self.timestamp.epoch.value), int(self.timestamp.batch.value), self.microbatch_index,
             int(self.eval_timestamp.batch.value) if self.evaluating else -1,
         )
-        slot = (key, str(device))
+        slot = (f"{key}/all-ranks" if same_on_every_rank else key, str(device))
         entry = self._generators.get(slot)
         if entry is not None and entry[1] == position:
             return entry[0]
         generator = entry[0] if entry is not None else _new_generator(device)
-        material = f"{self.seed or 0}/{self.rank}/{key}/{position}".encode()
+        rank = "all" if same_on_every_rank else self.rank
+        material = f"{self.seed or 0}/{rank}/{key}/{position}".encode()
         generator.manual_seed(int.from_bytes(hashlib.blake2b(material, digest_size=8).digest(), "little") >> 1)
         self._generators[slot] = (generator, position)
         return generator

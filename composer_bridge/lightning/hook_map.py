@@ -47,6 +47,10 @@ HOOK_EVENTS: dict[str, tuple[Event, ...]] = {
         Event.BEFORE_FORWARD, Event.AFTER_FORWARD, Event.BEFORE_LOSS, Event.AFTER_LOSS, Event.BEFORE_BACKWARD,
     ),
     "training_step[plain]": (Event.BEFORE_BACKWARD,),  # a module without forward/loss apart
+    # ... with an algorithm that needs the loss events: around the loss call seen inside it (plain_loss.py)
+    "training_step[loss]": (
+        Event.BEFORE_FORWARD, Event.AFTER_FORWARD, Event.BEFORE_LOSS, Event.AFTER_LOSS, Event.BEFORE_BACKWARD,
+    ),
     "on_after_backward": (Event.AFTER_BACKWARD,),
     "on_before_optimizer_step": (Event.AFTER_TRAIN_BATCH,),
     "on_train_batch_end": (Event.BATCH_END, Event.BATCH_CHECKPOINT),

@@ -25,6 +25,7 @@ from composer_bridge.lightning import _compat
 from composer_bridge.lightning.hook_map import HOOK_EVENTS
 from composer_bridge.lightning.module import ComposerModule
 from composer_bridge.lightning.module_patches import ModulePatches
+from composer_bridge.lightning.plain_loss import PlainLossStep
 
 __all__ = ["ModuleHooks"]
 
@@ -60,6 +61,7 @@ class ModuleHooks:
         self._patches = ModulePatches(module)
         self._data_patches: list[ModulePatches] = []
         self.events_installed = False
+        self._plain_loss: PlainLossStep | None = None
         on_load = self._patches.original("on_load_checkpoint")
 
         def on_load_checkpoint(checkpoint: dict[str, Any]) -> Any:
@@ -125,26 +127,27 @@ class ModuleHooks:
         self._patches.set("backward", backward_hook)
 
     def _install_plain_steps(self) -> None:
-        """A plain module gets BEFORE_BACKWARD after its training_step, and eval/predict forward events."""
+        """A plain module gets BEFORE_BACKWARD after its training_step (all loss events when an algorithm
+        needs them, see :mod:`~composer_bridge.lightning.plain_loss`), and eval/predict forward events."""
         bridge = self._bridge
         training_step = self._patches.original("training_step")
-        (before_backward,) = HOOK_EVENTS["training_step[plain]"]
+        if bridge.state is not None and any(a.needs_loss_events for a in bridge.state.algorithms):
+            self._plain_loss = plain = PlainLossStep(self.module, bridge, training_step)
+            self._patches.set("training_step", plain.step)
+            on_save, on_load = self._patches.original("on_save_checkpoint"), self.module.on_load_checkpoint
 
-        def wrapped_training_step(*args: Any, **kwargs: Any) -> Any:
-            output = training_step(*args, **kwargs)
-            loss = output.get("loss") if isinstance(output, dict) else output
-            state = bridge.state
-            if not isinstance(loss, torch.Tensor) or state is None:
-                return output
-            state.outputs, state.loss = output, loss
-            bridge.fire_event(before_backward)
-            if state.loss is loss:
-                return output
-            if isinstance(output, dict):
-                return {**output, "loss": state.loss}
-            return state.loss
+            def on_save_checkpoint(checkpoint: dict[str, Any]) -> Any:
+                plain.save_to(checkpoint)
+                return on_save(checkpoint)
 
-        self._patches.set("training_step", wrapped_training_step)
+            def on_load_checkpoint(checkpoint: dict[str, Any]) -> Any:
+                plain.load_from(checkpoint)
+                return on_load(checkpoint)
+
+            self._patches.set("on_save_checkpoint", on_save_checkpoint)
+            self._patches.set("on_load_checkpoint", on_load_checkpoint)
+        else:
+            self._patches.set("training_step", _before_backward(training_step, bridge))
         for name in _EVAL_STEPS:
             if is_overridden(name, self.module):
                 before, after = HOOK_EVENTS[name]
@@ -156,7 +159,30 @@ class ModuleHooks:
             patches.remove()
         self._data_patches = []
         self._patches.remove()
+        if self._plain_loss is not None:
+            self._plain_loss.close()
+            self._plain_loss = None
         self.events_installed = False
+
+
+def _before_backward(training_step: Callable[..., Any], bridge: Any) -> Callable[..., Any]:
+    (before_backward,) = HOOK_EVENTS["training_step[plain]"]
+
+    def wrapped_training_step(*args: Any, **kwargs: Any) -> Any:
+        output = training_step(*args, **kwargs)
+        loss = output.get("loss") if isinstance(output, dict) else output
+        state = bridge.state
+        if not isinstance(loss, torch.Tensor) or state is None:
+            return output
+        state.outputs, state.loss = output, loss
+        bridge.fire_event(before_backward)
+        if state.loss is loss:
+            return output
+        if isinstance(output, dict):
+            return {**output, "loss": state.loss}
+        return state.loss
+
+    return wrapped_training_step
 
 
 def _bracket(step: Callable[..., Any], bridge: Any, before: Event, after: Event) -> Callable[..., Any]:

@@ -4,12 +4,15 @@ Algorithms never look at Lightning. They declare what they need and what they ch
 capabilities of :class:`~composer_bridge.core.algorithm.Algorithm` (documented there), and these
 checks compare the declarations with the module and Trainer at hand:
 
-- ``needs_loss_events``: a module with separate ``forward`` and ``loss`` (a ``ComposerModule``);
+- ``needs_loss_events``: the forward/loss events: a ``ComposerModule``, or a plain module whose
+  ``training_step`` calls a loss the bridge can see (:mod:`~composer_bridge.lightning.plain_loss`);
 - ``needs_run_length``: ``max_epochs`` or ``max_steps`` (not only ``max_time``);
 - ``needs_optimizer_closure``: automatic optimization, no fp16 gradient scaler, no accumulation;
 - ``averages_weights``: refused beside Lightning's ``StochasticWeightAveraging``/``WeightAveraging``;
 - ``clips_gradients``: refused beside ``Trainer(gradient_clip_val=...)``;
-- ``freezes_layers``: a warning beside Lightning's ``BaseFinetuning`` callbacks.
+- ``freezes_layers``: a warning beside Lightning's ``BaseFinetuning`` callbacks;
+- ``non_contiguous_weights``: refused under FSDP2 (``ModelParallelStrategy``), whose
+  ``fully_shard`` cannot shard non-contiguous weights.
 
 A check that fails raises :class:`BridgeConfigurationError` naming the algorithm, what is wrong
 and the fix; a combination that works but may surprise is returned as a warning sentence, which
@@ -53,16 +56,15 @@ def _verb(names: list[str]) -> str:
 
 
 def check_module(algorithms: Sequence[Any], module: L.LightningModule, is_composer_module: bool) -> None:
-    """Refuse algorithms that need the loss events with a module that computes forward and loss together."""
-    needy = _names(algorithms, "needs_loss_events")
-    if needy and not is_composer_module:
-        raise BridgeConfigurationError(
-            f"{_verb(needy)} the BEFORE_FORWARD/BEFORE_LOSS events, which {type(module).__name__} cannot provide: "
-            "its training_step computes forward and loss together. Fix: subclass composer_bridge.ComposerModule "
-            "(implement forward(batch) and loss(outputs, batch)) or wrap your network in "
-            "composer_bridge.ComposerClassifier; or remove these algorithms (algorithms that act on data, weights "
-            "or the optimizer work with any module)."
-        )
+    """Refuse loss algorithms on a plain module where what it shows at setup cannot be made exact.
+
+    A plain module's loss is found inside its ``training_step`` (see
+    :mod:`~composer_bridge.lightning.plain_loss`); what only the first step shows is refused there.
+    """
+    if not is_composer_module:
+        from composer_bridge.lightning.plain_loss import check_plain_module
+
+        check_plain_module(algorithms, module)
 
 
 def check_trainer(algorithms: Sequence[Any], trainer: L.Trainer, automatic_optimization: bool = True) -> list[str]:
@@ -86,6 +88,7 @@ def check_trainer(algorithms: Sequence[Any], trainer: L.Trainer, automatic_optim
             "clips again after the algorithm, with its own threshold). Fix: keep one — drop gradient_clip_val from "
             f"the Trainer or {', '.join(clipping)} from the algorithms."
         )
+    _check_sharding(algorithms, trainer)
     freezing = _names(algorithms, "freezes_layers")
     finetuning = [type(c).__name__ for c in trainer.callbacks if _is_finetuning(c)]
     if freezing and finetuning:
@@ -94,6 +97,18 @@ def check_trainer(algorithms: Sequence[Any], trainer: L.Trainer, automatic_optim
             "parameters; the later one wins for a parameter both touch."
         )
     return warnings
+
+
+def _check_sharding(algorithms: Sequence[Any], trainer: L.Trainer) -> None:
+    layout = _names(algorithms, "non_contiguous_weights")
+    strategy = type(trainer.strategy).__name__
+    if layout and strategy == "ModelParallelStrategy":
+        raise BridgeConfigurationError(
+            f"{', '.join(layout)} makes the convolution weights channels-last (non-contiguous) at setup, and {strategy}'s "
+            "FSDP2 (fully_shard in configure_model) cannot shard non-contiguous parameters (torch: 'FSDP does not "
+            f"support non-contiguous parameters yet'). Fix: remove {', '.join(layout)} from the algorithms under "
+            f"{strategy}, or train with DDP."
+        )
 
 
 def _check_run_length(algorithms: Sequence[Any], trainer: L.Trainer) -> None:

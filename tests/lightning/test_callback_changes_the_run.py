@@ -168,7 +168,7 @@ def test_plain_module_gets_data_and_backward_events_and_can_change_its_loss() ->
     assert plain_step.abs().sum() > 0 and zero_loss.abs().sum() == 0
 
 
-def test_plain_module_is_refused_at_setup_by_algorithms_that_need_the_loss_events() -> None:
+def test_plain_module_without_a_loss_the_bridge_sees_is_refused_by_algorithms_that_need_the_loss_events() -> None:
     class Plain(L.LightningModule):
         def __init__(self) -> None:
             super().__init__()
@@ -181,7 +181,8 @@ def test_plain_module_is_refused_at_setup_by_algorithms_that_need_the_loss_event
             return torch.optim.SGD(self.parameters(), lr=0.1)
 
     trainer = quiet_trainer(max_steps=1, callbacks=[AlgorithmEngineCallback([LossNeeder(Event.BEFORE_LOSS, print)])])
-    with pytest.raises(BridgeConfigurationError, match=r"LossNeeder.*BEFORE_LOSS.*ComposerModule"):
+    # Its loss is no cross-entropy on the batch's targets: refused in the first step, before any backward.
+    with pytest.raises(BridgeConfigurationError, match=r"LossNeeder acts on the loss .*no call of cross_entropy.*ComposerModule"):
         trainer.fit(Plain(), regression_loader())
 
 

@@ -1,0 +1,531 @@
+"""The loss events for a plain LightningModule, whose ``training_step`` computes forward and loss itself.
+
+LabelSmoothing, MixUp, CutMix and SelectiveBackprop act between the forward pass and the loss.
+A :class:`~composer_bridge.ComposerModule` keeps the two apart; a plain module's
+``training_step`` does both, in one of two shapes::
+
+    loss = self.criterion(self(x), y)          # a criterion submodule (nn.CrossEntropyLoss(), ...)
+    loss = F.cross_entropy(self(x), y)         # a functional call
+
+Both end in a call of ``torch.nn.functional.cross_entropy`` (or ``binary_cross_entropy_with_logits``,
+``binary_cross_entropy``, ``nll_loss``): the criterion modules call the functional form.
+:class:`PlainLossStep` wraps ``training_step`` so that, for one step:
+
+1. ``BEFORE_FORWARD`` fires on the batch Lightning passes (MixUp and CutMix mix its inputs), and
+   ``training_step`` receives the result;
+2. while it runs, those functions are seen on this thread (:mod:`~composer_bridge.lightning.loss_calls`);
+   the first call whose target *is* the batch's target tensor (``batch[target_key]``, or a view
+   of it with the same shape, such as ``y.view(-1)`` of a 1-D ``y``) becomes the step's loss:
+   ``AFTER_FORWARD`` (``state.outputs`` = the call's input, the logits), ``BEFORE_LOSS`` (the
+   algorithms replace the targets in a copy of the batch), the call itself with the new targets
+   and the call's own options, ``AFTER_LOSS``; the call returns ``state.loss``;
+3. after the step, ``BEFORE_BACKWARD`` on the loss the step returned (MixUp's and CutMix's
+   ``interpolate_loss=True`` act here, through :class:`~composer_bridge.core.loss_source.LossSource`).
+
+The loss is then exactly the one a ComposerModule computes with the same network and loss
+function: the same targets go into the same function. The user's code never sees the new
+targets: its ``y`` is still the batch's tensor, so metrics computed from it (torchmetrics),
+logging and validation see the real labels.
+
+What cannot be made exact is refused, at setup where the module shows it (a criterion
+submodule's options, manual optimization) and otherwise in the first step that shows it, before
+any backward pass (so no weight changes): a step that never calls a supported loss on the
+batch's targets, ``nll_loss`` or ``ignore_index``/``label_smoothing`` with targets turned into
+probabilities, derived targets (``y.float()``), a batch that is a bare tensor.
+
+Example:
+    >>> import torch
+    >>> from composer_bridge.algorithms import LabelSmoothing
+    >>> check_plain_module([LabelSmoothing(0.1)], torch.nn.Module())  # nothing to refuse
+    >>> class Model(torch.nn.Module):
+    ...     automatic_optimization = True
+    ...     def __init__(self):
+    ...         super().__init__()
+    ...         self.criterion = torch.nn.CrossEntropyLoss(label_smoothing=0.2)
+    >>> try:
+    ...     check_plain_module([LabelSmoothing(0.1)], Model())
+    ... except ValueError as error:
+    ...     print(str(error)[:73])
+    LabelSmoothing replaces the targets by probabilities, but Model.criterion
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from composer_bridge.core.batch import BatchKey, get_batch_item
+from composer_bridge.lightning import loss_calls
+from composer_bridge.lightning.hook_map import HOOK_EVENTS
+from composer_bridge.lightning.setup_checks import BridgeConfigurationError
+
+__all__ = ["CHECKPOINT_KEY", "PlainLossStep", "check_plain_module"]
+
+#: where a checkpoint keeps the loss a plain module's training_step was seen to compute
+CHECKPOINT_KEY = "composer_bridge/plain_loss"
+
+BEFORE_FORWARD, AFTER_FORWARD, BEFORE_LOSS, AFTER_LOSS, BEFORE_BACKWARD = HOOK_EVENTS["training_step[loss]"]
+
+_CRITERIA: dict[type, str] = {
+    torch.nn.CrossEntropyLoss: "cross_entropy",
+    torch.nn.BCEWithLogitsLoss: "binary_cross_entropy_with_logits",
+    torch.nn.BCELoss: "binary_cross_entropy",
+    torch.nn.NLLLoss: "nll_loss",
+}
+_FIX_SHAPE = (
+    "compute the loss in training_step with nn.CrossEntropyLoss / F.cross_entropy on the logits (or "
+    "nn.BCEWithLogitsLoss / F.binary_cross_entropy_with_logits) and the batch's target tensor itself, or subclass "
+    "composer_bridge.ComposerModule (forward(batch) and loss(outputs, batch))"
+)
+
+
+def _needy(algorithms: Sequence[Any]) -> list[Any]:
+    return [a for a in algorithms if getattr(a, "needs_loss_events", False)]
+
+
+def _names(algorithms: Sequence[Any]) -> str:
+    return ", ".join(type(a).__name__ for a in algorithms)
+
+
+def _common_key(algorithms: Sequence[Any], attribute: str, default: BatchKey | None) -> BatchKey | None:
+    keys = [(type(a).__name__, getattr(a, attribute)) for a in algorithms if hasattr(a, attribute)]
+    if any(key != keys[0][1] for _, key in keys):
+        listed = ", ".join(f"{name}({attribute}={key!r})" for name, key in keys)
+        raise BridgeConfigurationError(
+            f"{listed} point at different parts of the batch; with a plain LightningModule the bridge recognises "
+            f"the loss by the one tensor they name. Fix: give them the same {attribute}."
+        )
+    return keys[0][1] if keys else default
+
+
+def _refusal(kind: str, options: Mapping[str, Any], replacing: str, where: str) -> str | None:
+    """Why ``kind`` with ``options`` cannot take the probability targets ``replacing`` produce, if it cannot."""
+    if kind == "nll_loss":
+        return (
+            f"{replacing} replaces the targets by probabilities, but {where} is nll_loss, which takes class indices "
+            "only (it reads log-probabilities, so smoothed or mixed targets cannot be given to it). Fix: return logits "
+            "and use nn.CrossEntropyLoss / F.cross_entropy (the same loss on logits), or use "
+            "MixUp/CutMix(interpolate_loss=True), which keep index targets."
+        )
+    if kind != "cross_entropy":
+        return None
+    ignore_index = options.get("ignore_index", -100)
+    if ignore_index != -100:
+        return (
+            f"{replacing} replaces the targets by probabilities, but {where} has ignore_index={ignore_index}, which "
+            "cross_entropy applies to class indices only: the ignored positions would be trained on. Fix: drop "
+            "ignore_index (or use MixUp/CutMix(interpolate_loss=True))."
+        )
+    smoothing = options.get("label_smoothing", 0.0)
+    if smoothing:
+        return (
+            f"{replacing} replaces the targets by probabilities, but {where} has label_smoothing={smoothing}, which "
+            "cross_entropy would apply on top of them (smoothing twice, or smoothing mixed targets). Fix: drop "
+            "label_smoothing= from the loss and use composer_bridge.algorithms.LabelSmoothing(" f"{smoothing}) instead."
+        )
+    return None
+
+
+def _criterion_options(criterion: torch.nn.Module) -> dict[str, Any]:
+    return {name: getattr(criterion, name) for name in ("ignore_index", "label_smoothing") if hasattr(criterion, name)}
+
+
+def check_plain_module(algorithms: Sequence[Any], module: torch.nn.Module) -> None:
+    """Refuse, at setup, loss algorithms on a plain module where what the module shows cannot be made exact."""
+    needy = _needy(algorithms)
+    if not needy:
+        return
+    _common_key(needy, "target_key", 1)
+    _common_key(needy, "input_key", 0)
+    interpolating = [a for a in needy if getattr(a, "interpolates_loss", False)]
+    if interpolating and not getattr(module, "automatic_optimization", True):
+        raise BridgeConfigurationError(
+            f"{_names(interpolating)} interpolates the loss your training_step returns, just before the backward "
+            f"pass, but {type(module).__name__} sets automatic_optimization=False: its training_step calls "
+            "manual_backward itself, before the bridge sees the loss. Fix: use interpolate_loss=False (the targets "
+            "are mixed instead, exact for cross-entropy), or automatic optimization."
+        )
+    replacing = [a for a in needy if getattr(a, "replaces_targets", False)]
+    criteria = [(name, m) for name, m in module.named_modules() if isinstance(m, torch.nn.modules.loss._Loss)]
+    if not replacing or len(criteria) != 1:
+        return  # several criteria (or none): which one the step uses shows in the first step
+    name, criterion = criteria[0]
+    kind = _CRITERIA.get(type(criterion))
+    where = f"{type(module).__name__}.{name} ({type(criterion).__name__})"
+    if kind is None:
+        raise BridgeConfigurationError(
+            f"{_names(replacing)} replaces the targets by probabilities at BEFORE_LOSS, but the only loss module of "
+            f"{where} is not one the bridge can give them to (cross-entropy, BCE-with-logits, BCE). Fix: {_FIX_SHAPE}."
+        )
+    reason = _refusal(kind, _criterion_options(criterion), _names(replacing), where)
+    if reason is not None:
+        raise BridgeConfigurationError(reason)
+
+
+@dataclass
+class _LossCall:
+    """A loss function the step was seen to call, with the options it was called with."""
+
+    kind: str
+    function: Callable[..., Any]
+    options: dict[str, Any]
+
+    def __call__(self, outputs: Any, targets: Any, reduction: str | None = None) -> torch.Tensor:
+        options = self.options if reduction is None else {**self.options, "reduction": reduction}
+        if any(isinstance(v, torch.Tensor) and v.device != outputs.device for v in options.values()):
+            options = {k: v.to(outputs.device) if isinstance(v, torch.Tensor) else v for k, v in options.items()}
+        return self.function(outputs, _as_loss_targets(self.kind, outputs, targets), **options)
+
+
+@dataclass
+class _Step:
+    """What one training step showed."""
+
+    target: Any
+    input: Any
+    calls: int = 0
+    logits: Any = None
+    result: Any = None
+    targets: Any = None
+    forward_output: Any = None
+    others: list[str] = field(default_factory=list)
+
+
+def _as_loss_targets(kind: str, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    # ComposerClassifier's soft_cross_entropy gives probability targets to cross_entropy in the logits' dtype.
+    if kind == "cross_entropy" and targets.dtype.is_floating_point and targets.shape == logits.shape:
+        return targets.to(logits.dtype)
+    return targets
+
+
+def _same_tensor(candidate: Any, target: torch.Tensor) -> bool:
+    """``candidate`` is ``target`` or a same-shaped view of it (``y.view(-1)`` of a 1-D ``y``, ``y.long()`` of a long ``y``)."""
+    if candidate is target:
+        return True
+    return (
+        isinstance(candidate, torch.Tensor)
+        and candidate.shape == target.shape
+        and candidate.dtype == target.dtype
+        and candidate.device == target.device
+        and candidate.stride() == target.stride()
+        and candidate.data_ptr() == target.data_ptr()
+    )
+
+
+def _shares_storage(candidate: Any, output: Any) -> bool:
+    """The loss's input is the module's output, or a reshaped view of it (``logits.view(-1, C)``)."""
+    if candidate is output:
+        return True
+    return (
+        isinstance(candidate, torch.Tensor) and isinstance(output, torch.Tensor)
+        and candidate.data_ptr() == output.data_ptr() and candidate.numel() == output.numel()
+    )
+
+
+_SIGNATURES: dict[str, inspect.Signature] = {}
+
+
+def _options(kind: str, function: Callable[..., Any], input: Any, target: Any, args: tuple[Any, ...],
+             kwargs: dict[str, Any]) -> dict[str, Any]:
+    if not args:  # the usual call, options by keyword: nothing to bind
+        return dict(kwargs)
+    signature = _SIGNATURES.get(kind)
+    if signature is None:
+        signature = _SIGNATURES[kind] = inspect.signature(function)
+    bound = signature.bind(input, target, *args, **kwargs).arguments
+    return {name: value for name, value in list(bound.items())[2:]}
+
+
+class PlainLossStep:
+    """Fire the loss events inside a plain module's ``training_step``; the :class:`LossSource` it was seen to use.
+
+    ``bridge`` is the :class:`~composer_bridge.AlgorithmEngineCallback` (its ``state`` and
+    ``fire_event``); ``training_step`` the module's own step. :meth:`step` replaces it on the
+    instance (see :class:`~composer_bridge.lightning.module_hooks.ModuleHooks`), and the object
+    is ``state.loss_source`` until :meth:`close`.
+
+    Example:
+        >>> import torch
+        >>> from composer_bridge.core.state import State
+        >>> from composer_bridge.algorithms import LabelSmoothing
+        >>> class Bridge:
+        ...     state = State(torch.nn.Linear(2, 2), algorithms=[LabelSmoothing(0.5)])
+        ...     def fire_event(self, event):
+        ...         for algorithm in self.state.algorithms:
+        ...             if algorithm.match(event, self.state):
+        ...                 algorithm.apply(event, self.state, None)
+        >>> def training_step(batch, batch_idx):
+        ...     x, y = batch
+        ...     return torch.nn.functional.cross_entropy(torch.zeros(2, 2), y)
+        >>> plain = PlainLossStep(torch.nn.Linear(2, 2), Bridge(), training_step)
+        >>> plain.step((torch.zeros(2, 2), torch.tensor([0, 1])), 0)  # log(2) whatever the smoothing
+        tensor(0.6931)
+        >>> Bridge.state.loss_source is plain
+        True
+        >>> plain.close()
+    """
+
+    def __init__(self, module: torch.nn.Module, bridge: Any, training_step: Callable[..., Any]) -> None:
+        self.module = module
+        self._bridge = bridge
+        self._training_step = training_step
+        state = bridge.state
+        needy = _needy(state.algorithms)
+        self.target_key = _common_key(needy, "target_key", 1)
+        self.input_key = _common_key(needy, "input_key", None)  # None: no algorithm reads the inputs
+        self._needy = needy
+        self._interpolating = [a for a in needy if getattr(a, "interpolates_loss", False)]
+        # the algorithms that call loss(): not those that only replace the targets
+        self._loss_users = [
+            a for a in needy if getattr(a, "interpolates_loss", False) or not getattr(a, "replaces_targets", False)
+        ]
+        self._call: _LossCall | None = None
+        self._several_calls = False
+        self._forward_used = False  # SelectiveBackprop ran module(inputs): check that training_step does the same
+        self._forward_checked = False
+        self._step: _Step | None = None
+        self._batch_checked = False
+        self._source_used_in_step = False
+        self._state = state
+        state.loss_source = self
+
+    def close(self) -> None:
+        """Stop being the state's loss source."""
+        if self._state.loss_source is self:
+            self._state.loss_source = None
+
+    # --- LossSource ---------------------------------------------------------------------------
+    def forward(self, inputs: Any) -> Any:
+        """``module(inputs)``; the next step checks that its training_step computes its logits this way."""
+        self._forward_used = True
+        try:
+            return self.module(inputs)
+        except Exception as error:
+            raise BridgeConfigurationError(
+                f"{_names(self._needy)} runs {type(self.module).__name__}'s forward on the batch's inputs alone "
+                f"(module(batch[{self.input_key!r}])) to rank the examples, and it failed ({type(error).__name__}: "
+                f"{error}). Fix: make forward(inputs) return the logits training_step gives its loss, or subclass "
+                "composer_bridge.ComposerModule (forward(batch) and loss(outputs, batch))."
+            ) from error
+
+    def loss(self, outputs: Any, targets: Any, reduction: str | None = None) -> torch.Tensor:
+        """The loss the steps were seen to compute (its function and options), on ``targets``."""
+        call = self._call
+        if call is None:
+            raise BridgeConfigurationError(
+                f"{_names(self._loss_users or self._needy)} needs {type(self.module).__name__}'s loss before its training_step has run once "
+                "(the bridge learns the loss function and its options from a step; a checkpoint written during fit "
+                "records them, one written after fit returned does not). Fix: start it after the first step "
+                "(SelectiveBackprop(start='1ba') or later; the default is half-way through the run), or resume from a "
+                "checkpoint written during fit (ModelCheckpoint)."
+            )
+        if self._several_calls:
+            raise BridgeConfigurationError(
+                f"{_names(self._needy)} needs the step's one loss, but {type(self.module).__name__}'s training_step "
+                "computes several from the batch's targets. Fix: use interpolate_loss=False / one loss, or subclass "
+                "composer_bridge.ComposerModule."
+            )
+        if self._step is None:
+            self._source_used_in_step = True
+        return call(outputs, targets, reduction)
+
+    # --- checkpoints: the loss learnt so far, so a resumed run can rank examples in its first step ---
+    def save_to(self, checkpoint: dict[str, Any]) -> None:
+        """Store the loss function and options seen so far in ``checkpoint`` (the module's hook)."""
+        if self._call is not None:
+            checkpoint[CHECKPOINT_KEY] = {"kind": self._call.kind, "options": dict(self._call.options)}
+
+    def load_from(self, checkpoint: dict[str, Any]) -> None:
+        """Take the loss a checkpoint recorded, unless this run has seen one already."""
+        saved = checkpoint.get(CHECKPOINT_KEY)
+        if self._call is None and isinstance(saved, dict) and saved.get("kind") in loss_calls.INTERCEPTED:
+            self._call = _LossCall(saved["kind"], loss_calls.original(saved["kind"]), dict(saved["options"]))
+
+    # --- the wrapped training_step --------------------------------------------------------------
+    def step(self, *args: Any, **kwargs: Any) -> Any:
+        """The module's ``training_step`` with the loss events around its loss call."""
+        bridge = self._bridge
+        state = bridge.state
+        if state is None:
+            return self._training_step(*args, **kwargs)
+        in_kwargs = not args
+        batch = kwargs["batch"] if in_kwargs else args[0]
+        if not self._batch_checked:  # the batch's structure is checked once, in the first step
+            self._check_batch(batch)
+            self._batch_checked = True
+        state.batch = batch
+        bridge.fire_event(BEFORE_FORWARD)
+        batch = state.batch
+        if in_kwargs:
+            kwargs = {**kwargs, "batch": batch}
+        else:
+            args = (batch, *args[1:])
+        inputs = get_batch_item(batch, self.input_key) if self.input_key is not None else None
+        record = _Step(target=get_batch_item(batch, self.target_key), input=inputs)
+        watch = self._watch_forward(record) if self._forward_used and not self._forward_checked else None
+        self._step = record
+        try:
+            with loss_calls.intercept(self._on_loss_call):
+                output = self._training_step(*args, **kwargs)
+        finally:
+            self._step = None
+            if watch is not None:
+                watch.remove()
+        state.batch = batch
+        loss = output.get("loss") if isinstance(output, Mapping) else output
+        if not isinstance(loss, torch.Tensor):  # None: Lightning skips the batch, nothing trains
+            return output
+        self._check_step(record, loss)
+        self._source_used_in_step = False
+        state.outputs, state.loss = record.logits, loss
+        bridge.fire_event(BEFORE_BACKWARD)
+        if state.loss is loss:
+            return output
+        return {**output, "loss": state.loss} if isinstance(output, Mapping) else state.loss
+
+    def _check_batch(self, batch: Any) -> None:
+        if isinstance(batch, torch.Tensor):
+            raise BridgeConfigurationError(
+                f"{_names(self._needy)} needs the batch's inputs and targets, but {type(self.module).__name__}'s "
+                f"training_step receives one tensor of shape {tuple(batch.shape)} (no targets to smooth, mix or rank "
+                "by). Fix: have the dataloader yield (inputs, targets) (or a dict, with target_key=...), or remove "
+                "these algorithms."
+            )
+        for what, key in (("targets", self.target_key), ("inputs", self.input_key)):
+            if key is None:
+                continue
+            try:
+                item = get_batch_item(batch, key)
+            except KeyError as error:
+                raise BridgeConfigurationError(
+                    f"{_names(self._needy)} reads the {what} at {key!r}: {error.args[0]} Fix: pass "
+                    f"target_key=/input_key= naming them."
+                ) from None
+            if what == "targets" and not isinstance(item, torch.Tensor):
+                raise BridgeConfigurationError(
+                    f"{_names(self._needy)} needs one tensor of targets at target_key={key!r}, got "
+                    f"{type(item).__name__}. Fix: point target_key at the target tensor."
+                )
+
+    def _watch_forward(self, record: _Step) -> Any:
+        def seen(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
+            if record.forward_output is None and len(args) == 1 and not kwargs and args[0] is record.input:
+                record.forward_output = output
+
+        return self.module.register_forward_hook(seen, with_kwargs=True)
+
+    def _check_step(self, record: _Step, loss: torch.Tensor) -> None:
+        name = type(self.module).__name__
+        if record.calls == 0:
+            raise BridgeConfigurationError(self._nothing_seen(record))
+        if self._forward_used and not self._forward_checked:
+            if not _shares_storage(record.logits, record.forward_output):
+                raise BridgeConfigurationError(
+                    f"{_names(self._needy)} ranks the examples with {name}(inputs), but {name}'s training_step does "
+                    "not give its loss the output of self(inputs) (it calls a submodule, passes more arguments or "
+                    "transforms the output), so the ranking would come from another function. Fix: compute "
+                    "logits = self(x) in training_step, or pass SelectiveBackprop(loss_fn=...) and subclass "
+                    "composer_bridge.ComposerModule."
+                )
+            self._forward_checked = True
+        if self._interpolating and loss is not record.result:
+            raise BridgeConfigurationError(
+                f"{_names(self._interpolating)} interpolates the loss between the example's and its partner's targets, "
+                f"but {name}'s training_step returns a loss other than the {self._call.kind if self._call else 'loss'} "
+                "call itself (a sum with other terms, a mean of reduction='none', ...), which cannot be interpolated "
+                "exactly. Fix: use interpolate_loss=False (the targets are mixed instead), or return the loss call's value."
+            )
+
+    def _nothing_seen(self, record: _Step) -> str:
+        name = type(self.module).__name__
+        seen = "; ".join(record.others) if record.others else "no call of cross_entropy, binary_cross_entropy(_with_logits) or nll_loss at all"
+        direct = loss_calls.direct_imports(inspect.getmodule(type(self.module)))
+        hint = (
+            f" Its module imports {', '.join(direct)} by name (from torch.nn.functional import ...): the bridge sees "
+            "calls made through torch.nn.functional (F.cross_entropy) and the nn loss modules."
+            if direct else ""
+        )
+        target = record.target
+        return (
+            f"{_names(self._needy)} acts on the loss {name}'s training_step computes from the batch's targets "
+            f"(batch[{self.target_key!r}], {tuple(target.shape)} {target.dtype}), but the step computed its loss "
+            f"without passing that tensor to a loss the bridge can see: {seen}.{hint} Derived targets (y.float(), "
+            f"y.view(...) of another shape, targets computed inside the model) cannot be traced back. Fix: {_FIX_SHAPE}."
+        )
+
+    def _on_loss_call(self, kind: str, function: Callable[..., Any], input: Any, target: Any,
+                      args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        record = self._step
+        if record is None or not _same_tensor(target, record.target):
+            if record is not None:
+                shape = tuple(target.shape) if isinstance(target, torch.Tensor) else type(target).__name__
+                record.others.append(f"{kind} with targets {shape} that are not that tensor")
+            return function(input, target, *args, **kwargs)
+        options = _options(kind, function, input, target, args, kwargs)
+        if record.calls:
+            return self._repeat_call(record, kind, function, input, options)
+        record.calls = 1
+        bridge = self._bridge
+        state = bridge.state
+        state.outputs = input
+        bridge.fire_event(AFTER_FORWARD)
+        batch = state.batch
+        state.batch = copy.copy(batch)  # the algorithms' targets go into a copy: the user's batch keeps its own
+        try:
+            bridge.fire_event(BEFORE_LOSS)
+            targets = get_batch_item(state.batch, self.target_key)
+            self._check_targets(kind, options, record.target, targets)
+            call = _LossCall(kind, function, options)
+            if self._source_used_in_step and self._call is not None and (call.kind, call.options) != (
+                    self._call.kind, self._call.options):
+                raise BridgeConfigurationError(
+                    f"{_names(self._needy)} ranked this step's examples with {self._call.kind}{self._call.options}, "
+                    f"but the step computes {kind}{options}. Fix: compute the same loss in every step."
+                )
+            self._call = call
+            state.loss = call(input, targets)
+            bridge.fire_event(AFTER_LOSS)
+        finally:
+            state.batch = batch
+        record.logits, record.targets, record.result = input, targets, state.loss
+        return state.loss
+
+    def _repeat_call(self, record: _Step, kind: str, function: Callable[..., Any], input: Any,
+                     options: dict[str, Any]) -> Any:
+        """A second loss on the batch's targets (an auxiliary head): the same new targets, or a refusal."""
+        name = type(self.module).__name__
+        record.calls += 1
+        self._several_calls = True
+        if self._interpolating or self._source_used_in_step:
+            users = self._interpolating or self._needy
+            raise BridgeConfigurationError(
+                f"{_names(users)} needs the step's one loss, but {name}'s training_step computes several from the "
+                "batch's targets. Fix: use interpolate_loss=False / one loss, or subclass composer_bridge.ComposerModule."
+            )
+        if not isinstance(input, torch.Tensor) or input.shape != record.logits.shape:
+            shape = tuple(input.shape) if isinstance(input, torch.Tensor) else type(input).__name__
+            raise BridgeConfigurationError(
+                f"{name}'s training_step computes a second loss from the batch's targets, on outputs of shape {shape} "
+                f"where the first had {tuple(record.logits.shape)}; {_names(self._needy)} made the targets for the "
+                "first. Fix: compute the losses on outputs of one shape, or subclass composer_bridge.ComposerModule."
+            )
+        self._check_targets(kind, options, record.target, record.targets)
+        return _LossCall(kind, function, options)(input, record.targets)
+
+    def _check_targets(self, kind: str, options: Mapping[str, Any], original: torch.Tensor, targets: Any) -> None:
+        if targets is original:
+            return
+        to_probabilities = (
+            isinstance(targets, torch.Tensor) and targets.dtype.is_floating_point and not original.dtype.is_floating_point
+        )
+        if not to_probabilities:
+            return
+        replacing = [a for a in self._needy if getattr(a, "replaces_targets", False)] or self._needy
+        reason = _refusal(kind, options, _names(replacing), f"{type(self.module).__name__}'s loss ({kind})")
+        if reason is not None:
+            raise BridgeConfigurationError(reason)
