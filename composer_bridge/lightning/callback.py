@@ -209,6 +209,7 @@ class AlgorithmEngineCallback(L.Callback):
         if run.state is not None and run.state.model is not pl_module:
             log.info("AlgorithmEngineCallback: a new model (%s); the run starts fresh.", type(pl_module).__name__)
             run.remove_hooks()
+            self._checkpoint.after_load_due = False  # the previous model's restore
             self._run = BridgeRun(self)
         self._run.setup(trainer, pl_module, stage)
 
@@ -312,16 +313,10 @@ class AlgorithmEngineCallback(L.Callback):
     # checkpoints (checkpoint_state.BridgeCheckpoint)
     # ------------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        if self.state is None:
-            return {}
-        self._checkpoint.warn_if_step_open(self._run.step_open())
-        return self._checkpoint.save(self.state, __version__)
+        return self._run.checkpoint_entry(__version__)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        if self.state is None:
-            raise RuntimeError("AlgorithmEngineCallback.load_state_dict was called before Trainer setup.")
-        self._checkpoint.load(self.state, state_dict)
-        self._run.fire_hook("load_state_dict")
+        self._run.restore(state_dict)
 
 
 for _old, _new in RENAMED_STEPS.items():

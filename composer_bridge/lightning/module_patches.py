@@ -23,39 +23,73 @@ _MISSING = object()
 class ModulePatches:
     """Set attributes on one module instance and restore the previous ones later.
 
+    A hook the user set on the instance (``model.training_step = wrapper``) is what
+    :meth:`original` returns, so the bridge's hook calls it, exactly as Lightning would have.
+    :meth:`remove` puts back what was there before (or nothing). A hook the user replaced *while*
+    the patch was installed is the user's latest word: it stays, and the bridge's is simply dropped.
+
     Example:
         >>> m = torch.nn.Linear(1, 1)
+        >>> m.extra_repr = lambda: "the user's"
         >>> patches = ModulePatches(m)
-        >>> patches.set("extra_repr", lambda: "patched")
+        >>> users = patches.original("extra_repr")
+        >>> patches.set("extra_repr", lambda: "patched around " + users())
         >>> m.extra_repr()
-        'patched'
+        "patched around the user's"
         >>> patches.remove()
         >>> m.extra_repr()
-        'in_features=1, out_features=1, bias=True'
+        "the user's"
     """
 
     def __init__(self, module: torch.nn.Module) -> None:
         self.module = module
         self._saved: dict[str, Any] = {}
+        self._installed: dict[str, Any] = {}
 
-    def set(self, name: str, value: Callable[..., Any]) -> None:
-        """Install ``value`` as the instance attribute ``name``."""
+    def set(self, name: str, value: Callable[..., Any], transparent: bool = True) -> None:
+        """Install ``value`` as the instance attribute ``name``.
+
+        What is installed calls ``value`` while the patch is in place and, once removed, what was
+        there before: a user's wrapper that captured the bridge's hook during the run (and so
+        outlives :meth:`remove`) keeps working without the bridge. With ``transparent`` Lightning
+        sees the original through it (its signature, and whether it overrides the class's hook);
+        without, the installed hook counts as an override of its own (for a hook Lightning must
+        call on this object although the user did not override it).
+        """
+        original = self.original(name)
         if name not in self._saved:
             self._saved[name] = self.module.__dict__.get(name, _MISSING)
-        self.module.__dict__[name] = value
+        installed = self._installed
+
+        def hook(*args: Any, **kwargs: Any) -> Any:
+            return (value if name in installed else original)(*args, **kwargs)
+
+        # Lightning reads a hook's signature (does training_step take batch_idx, dataloader_iter?) and
+        # asks is_overridden; both look through __wrapped__, so they see what they would see unpatched.
+        if transparent:
+            hook.__wrapped__ = original  # type: ignore[attr-defined]
+        self.module.__dict__[name] = hook
+        installed[name] = hook
 
     def original(self, name: str) -> Callable[..., Any]:
-        """The attribute ``name`` as it was before patching (bound method or instance attribute)."""
-        saved = self._saved.get(name, _MISSING)
-        if saved is not _MISSING:
-            return saved
+        """The attribute ``name`` as Lightning would call it without the patch.
+
+        The instance's own attribute when the user set one, else the class's method bound to the instance.
+        """
+        value = self._saved[name] if name in self._saved else self.module.__dict__.get(name, _MISSING)
+        if value is not _MISSING:
+            return value
         return getattr(type(self.module), name).__get__(self.module, type(self.module))
 
     def remove(self) -> None:
-        """Restore every patched attribute."""
+        """Restore every patched attribute the user has not replaced since."""
         for name, saved in self._saved.items():
+            if self.module.__dict__.get(name, _MISSING) is not self._installed[name]:
+                continue  # replaced while installed: the user's latest hook stays
             if saved is _MISSING:
                 self.module.__dict__.pop(name, None)
             else:
                 self.module.__dict__[name] = saved
         self._saved.clear()
+        self._installed.clear()  # the hooks installed so far now pass through, whoever still holds them
+        self._installed = {}

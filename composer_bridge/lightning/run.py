@@ -135,6 +135,40 @@ class BridgeRun(ModuleSteps):
         if not self.initialized:
             self.initialized = True
             self.fire_hook("setup")
+        self._load_deferred()
+
+    # ------------------------------------------------------------------------------------------
+    # checkpoints (the callback's state_dict / load_state_dict; the entry is BridgeCheckpoint's)
+    # ------------------------------------------------------------------------------------------
+    def checkpoint_entry(self, version: str) -> dict[str, Any]:
+        checkpoint = self.bridge._checkpoint
+        if self.state is None:
+            return dict(checkpoint.deferred or {})
+        checkpoint.warn_if_step_open(self.step_open())
+        return checkpoint.save(self.state, version)
+
+    def restore(self, state_dict: dict[str, Any]) -> None:
+        checkpoint = self.bridge._checkpoint
+        # Lightning restores callbacks before setup (ahead of validate/test/predict) and after
+        # teardown (its HPC restore): the first is kept for setup, the second fires AFTER_LOAD there.
+        if self.state is None:
+            checkpoint.defer(state_dict)
+            return
+        checkpoint.load(self.state, state_dict)
+        if self.engine is None or self.engine.closed:
+            checkpoint.after_load_due = True
+            return
+        self.fire_hook("load_state_dict")
+
+    def _load_deferred(self) -> None:
+        """Apply a checkpoint entry restored before setup, or fire the AFTER_LOAD a restore after teardown left due."""
+        checkpoint = self.bridge._checkpoint
+        raw = checkpoint.take_deferred()
+        if raw is not None:
+            checkpoint.load(self.state, raw)
+        if raw is not None or checkpoint.after_load_due:
+            checkpoint.after_load_due = False
+            self.fire_hook("load_state_dict")
 
     def _start(self, pl_module: L.LightningModule) -> None:
         """The first setup: the state; algorithms that served another run start fresh."""
@@ -163,6 +197,7 @@ class BridgeRun(ModuleSteps):
         heard at once; an algorithm or engine callback added during a run, from the next step on.
         """
         listening = self.engine is not None and self.engine.has_listeners()
+        self.clock.timing = listening  # only a listener can read the wall-clock (see StepClock)
         if listening and self.hooks is not None and self.trainer is not None:
             self.hooks.install_events(self.trainer)
         if listening is not self.listening:

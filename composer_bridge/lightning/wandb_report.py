@@ -192,17 +192,12 @@ def render_timeline(store: Any, title: str = "Which algorithm ran at which step"
 def log_wandb_report(
     trainer: Any, store: Any, cost: Mapping[str, Sequence[float]], step: int, failed: bool = False
 ) -> None:
-    """Log the summary table, the timeline image and the cost totals to every W&B run (call on rank zero)."""
-    loggers = wandb_loggers(trainer)
-    try:
-        _log_report(loggers, store, cost, step, failed)
-    finally:
-        if failed:
-            # Lightning does not finish a W&B run that failed; finishing it here writes everything
-            # logged up to the failure to disk (and syncs it, online) with a failing exit code.
-            for logger in loggers:
-                if getattr(logger, "_experiment", None) is not None:
-                    logger.experiment.finish(exit_code=1)
+    """Log the summary table, the timeline image and the cost totals to every W&B run (call on rank zero).
+
+    The runs belong to the user's ``WandbLogger``: they are written to, never finished. After a
+    failed fit Lightning leaves the run open for the user's own error handling, and so does this.
+    """
+    _log_report(wandb_loggers(trainer), store, cost, step, failed)
 
 
 def _log_report(loggers: list[Any], store: Any, cost: Mapping[str, Sequence[float]], step: int, failed: bool) -> None:

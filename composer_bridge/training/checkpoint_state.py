@@ -211,6 +211,29 @@ class BridgeCheckpoint:
     def __init__(self, add_missing_on_load: bool = False, known_algorithms: Sequence[type] = ()) -> None:
         self.add_missing_on_load = add_missing_on_load
         self.known_algorithms = tuple(known_algorithms)
+        self._deferred: Any = None
+        #: a checkpoint was restored while no engine ran (after teardown): AFTER_LOAD is due at the next setup
+        self.after_load_due = False
+
+    def defer(self, raw: Any) -> None:
+        """Keep the bridge's entry of a checkpoint restored before the run exists, for :meth:`take_deferred`.
+
+        Lightning may restore callback state before ``setup`` (its checkpoint connector's
+        ``restore_callbacks`` ahead of ``validate``/``test``/``predict``); the entry is checked now
+        and applied at setup, as Lightning's own callbacks keep theirs.
+        """
+        check_bridge_state(raw)
+        self._deferred = raw
+
+    def take_deferred(self) -> Any:
+        """The entry kept by :meth:`defer` (``None`` if none), handed over once."""
+        raw, self._deferred = self._deferred, None
+        return raw
+
+    @property
+    def deferred(self) -> Any:
+        """The entry kept by :meth:`defer` and not yet applied (``None`` if none)."""
+        return self._deferred
 
     @staticmethod
     def warn_if_step_open(step_open: bool) -> None:

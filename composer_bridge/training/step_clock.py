@@ -36,6 +36,12 @@ __all__ = ["StepClock"]
 class StepClock:
     """Micro-batch, sample and wall-clock bookkeeping for one training loop.
 
+    The wall-clock (``time.perf_counter``) is read only while :attr:`timing` is on: the bridge
+    turns it on while anything listens (an algorithm, an engine callback or a handler may read
+    ``state.timestamp``'s ``*_wct``), so an idle bridge never reads the clock and leaves those
+    fields at zero. While timing, it reads the clock once per optimizer step, at each epoch's
+    start, and twice around each evaluation inside an epoch.
+
     Args:
         state: the run's state; its ``microbatch_index`` is kept equal to :attr:`micro` (written
             here only).
@@ -48,8 +54,10 @@ class StepClock:
         #: the samples the data hook saw for the micro-batch in flight (``None``: not seen)
         self.loaded_samples: int | None = None
         self._global_step = 0
-        self._batch_started_at = 0.0
-        self._eval_started_at = 0.0
+        #: whether to read the wall-clock; a step that starts while it is off counts no seconds
+        self.timing = True
+        self._batch_started_at: float | None = None
+        self._eval_started_at: float | None = None
         #: the Lightning epoch whose EPOCH_START fired last (``None``: none in this fit yet)
         self.started_epoch: int | None = None
 
@@ -80,7 +88,7 @@ class StepClock:
             return False
         self.started_epoch = epoch
         self.reset_step()
-        self._batch_started_at = time.perf_counter()
+        self._batch_started_at = time.perf_counter() if self.timing else None
         return True
 
     @staticmethod
@@ -134,15 +142,23 @@ class StepClock:
         self._global_step = int(global_step)
         # As in Composer, a batch's wall-clock runs from the end of the previous one (data loading
         # in, evaluation out: see start_eval/end_eval).
-        now = time.perf_counter()
-        state.count_batch(self._samples, now - self._batch_started_at, batches=steps)
-        self._batch_started_at = now
+        seconds = 0.0
+        if self.timing:
+            now = time.perf_counter()
+            if self._batch_started_at is not None:
+                seconds = now - self._batch_started_at
+            self._batch_started_at = now
+        else:
+            self._batch_started_at = None
+        state.count_batch(self._samples, seconds, batches=steps)
         self.reset_step()
         return steps
 
     def start_eval(self) -> None:
-        self._eval_started_at = time.perf_counter()
+        self._eval_started_at = time.perf_counter() if self.timing and self._batch_started_at is not None else None
 
     def end_eval(self) -> None:
         """Evaluation inside a step's wall-clock window is not batch time."""
-        self._batch_started_at += time.perf_counter() - self._eval_started_at
+        if self._eval_started_at is not None and self._batch_started_at is not None:
+            self._batch_started_at += time.perf_counter() - self._eval_started_at
+        self._eval_started_at = None

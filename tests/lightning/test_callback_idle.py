@@ -1,4 +1,4 @@
-"""A bridge with nothing to run stays out of the way, yet keeps time; things that start listening later are heard."""
+"""A bridge with nothing to run stays out of the way (no module hook, no clock read) yet counts steps; listeners are heard."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch
 from support import image_loader, quiet_trainer, tiny_classifier
 from torch.utils.data import DataLoader, TensorDataset
 
-from composer_bridge import Algorithm, AlgorithmEngineCallback, Event, State
+from composer_bridge import Algorithm, AlgorithmEngineCallback, Callback, Event, State
 from composer_bridge.core.engine import Engine
 
 
@@ -126,8 +126,15 @@ def test_algorithms_re_created_from_a_checkpoint_get_the_module_events(tmp_path:
     assert names == ["AFTER_DATALOADER", "BEFORE_BACKWARD", "BATCH_END"] * 2  # the two steps of epoch 2
 
 
+class Listen(Callback):
+    """An engine callback that changes nothing: the bridge listens (and so keeps the wall-clock)."""
+
+    def run_event(self, event: Event, state: State, logger: Any) -> None:
+        pass
+
+
 def test_batch_wall_clock_leaves_out_evaluation_and_adds_up_to_the_training_time() -> None:
-    bridge = AlgorithmEngineCallback([])
+    bridge = AlgorithmEngineCallback([], callbacks=[Listen()])
     trainer = quiet_trainer(max_epochs=1, callbacks=[bridge], val_check_interval=2, limit_val_batches=2)
     started = time.perf_counter()
     trainer.fit(Plain(), loader(n=16), loader(n=8))
@@ -136,6 +143,35 @@ def test_batch_wall_clock_leaves_out_evaluation_and_adds_up_to_the_training_time
     evaluation = 2 * 2 * 0.05  # two validations of two 50 ms batches
     assert timestamp.total_wct.total_seconds() < elapsed - evaluation + 0.01
     assert timestamp.total_wct.total_seconds() > 0
+
+
+@pytest.mark.parametrize("bridged", [False, True])
+def test_an_idle_bridge_reads_the_wall_clock_as_often_as_lightning_alone(bridged: bool, monkeypatch: Any) -> None:
+    """Tests (Lightning's ThroughputMonitor's among them) feed time.perf_counter a fixed list: an idle bridge takes none."""
+    reads = {"n": 0}
+    perf_counter = time.perf_counter
+
+    def counting() -> float:
+        reads["n"] += 1
+        return perf_counter()
+
+    def fit(callbacks: list[Any]) -> int:
+        reads["n"] = 0
+        monkeypatch.setattr(time, "perf_counter", counting)
+        try:
+            quiet_trainer(max_epochs=2, callbacks=callbacks, val_check_interval=2, limit_val_batches=2).fit(
+                Plain(), loader(n=16), loader(n=8)
+            )
+        finally:
+            monkeypatch.setattr(time, "perf_counter", perf_counter)
+        return reads["n"]
+
+    alone = fit([])
+    bridge = AlgorithmEngineCallback([])
+    assert fit([bridge] if bridged else []) == alone
+    if bridged:
+        assert bridge.state.timestamp.batch.value == 8
+        assert bridge.state.timestamp.total_wct.total_seconds() == 0  # documented: an idle bridge keeps no wall-clock
 
 
 def test_engine_has_listeners_follows_algorithms_callbacks_handlers_and_passes() -> None:

@@ -8,6 +8,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import lightning as L
 import pytest
 import torch
 from lightning.pytorch.loggers import CSVLogger, WandbLogger
@@ -198,3 +199,40 @@ def test_timeline_is_a_decodable_png_without_wandb(tmp_path: Path) -> None:
     pixels = torch.as_tensor(imread(path))
     assert pixels.ndim == 3 and pixels.shape[1] == 1000  # 10 in at 100 dpi
     assert store.timeline.bin_size == 4 and store.timeline.columns <= store.timeline.max_columns
+
+
+class FailAtStep(L.Callback):
+    """The user's code fails in the middle of the run (not an algorithm)."""
+
+    def on_train_batch_start(self, trainer: L.Trainer, *args: Any) -> None:
+        if trainer.global_step == 5:
+            raise ValueError("the user's failure")
+
+
+@pytest.mark.parametrize("bridge", ["none", "idle", "listening"])
+def test_after_a_failed_fit_the_users_loggers_stay_open_for_the_users_error_handling(bridge: str, tmp_path: Path) -> None:
+    """Lightning leaves a failed run's W&B run open (the user may log the error, then finish it): so does the bridge."""
+    callbacks: list[L.Callback] = [FailAtStep()]
+    if bridge != "none":
+        callbacks.append(AlgorithmEngineCallback([Cooldown(("INIT", "BATCH_END"))] if bridge == "listening" else []))
+    wandb_logger = WandbLogger(project="failures", save_dir=str(tmp_path), offline=True)
+    csv_logger = CSVLogger(tmp_path, name="csv")
+    trainer = quiet_trainer(max_epochs=2, logger=[wandb_logger, csv_logger], callbacks=callbacks)
+    try:
+        with pytest.raises(ValueError, match="the user's failure"):
+            trainer.fit(tiny_classifier(), image_loader(n=32, batch_size=8))
+        # the user's error handling, on the run the user owns
+        wandb_logger.experiment.log({"error_handled": 1})
+        wandb_logger.experiment.summary["error"] = "the user's failure"
+        csv_logger.log_metrics({"error_handled": 1.0}, step=99)
+        csv_logger.save()
+        files_dir = Path(wandb_logger.experiment.dir)
+    finally:
+        wandb.finish(exit_code=1)
+    run = _read_run(files_dir)
+    assert [row["error_handled"] for row in run["history"] if "error_handled" in row] == [1]
+    assert run["summary"]["error"] == "the user's failure"
+    csv_rows = (Path(csv_logger.log_dir) / "metrics.csv").read_text().splitlines()
+    assert any(row.startswith("1.0,") or ",1.0" in row for row in csv_rows if "99" in row)
+    if bridge == "listening":
+        assert run["summary"]["algorithm_report/failed_at_step"] == 5  # ours, written before Lightning lets go
