@@ -80,7 +80,7 @@ class ComposerModuleMixin:
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         bridge = _bridge_of(self)
         if bridge is not None:
-            batch, outputs, loss = bridge.composer_train_step(self, batch)
+            batch, outputs, loss = bridge.train_step(self, batch)
         else:
             outputs = self(batch)
             loss = self.loss(outputs, batch)
@@ -89,7 +89,7 @@ class ComposerModuleMixin:
 
     def _evaluate(self, batch: Any, prefix: str) -> Any:
         bridge = _bridge_of(self)
-        outputs = bridge.composer_eval_forward(self, batch) if bridge is not None else self.eval_forward(batch)
+        outputs = bridge.eval_forward(self, batch) if bridge is not None else self.eval_forward(batch)
         self.update_eval_metrics(outputs, batch, prefix)
         return outputs
 
@@ -101,7 +101,7 @@ class ComposerModuleMixin:
 
     def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> Any:
         bridge = _bridge_of(self)
-        return bridge.composer_predict_forward(self, batch) if bridge is not None else self.eval_forward(batch)
+        return bridge.predict_forward(self, batch) if bridge is not None else self.eval_forward(batch)
 
 
 class ComposerModule(ComposerModuleMixin, LIGHTNING.LightningModule):  # type: ignore[misc]
@@ -134,7 +134,11 @@ def _bridge_of(module: torch.nn.Module) -> Any:
 
 
 def attach_bridge(module: torch.nn.Module, bridge: Any) -> None:
-    """Let ``module``'s steps call back into ``bridge`` (held weakly: copies of the module stay small)."""
+    """Let ``module``'s steps call ``bridge``'s step API (:class:`~composer_bridge.lightning.steps.ModuleSteps`).
+
+    Held weakly: copies of the module stay small, and a run the callback dropped leaves the module
+    training as a plain LightningModule.
+    """
     module.__dict__["_composer_bridge"] = weakref.ref(bridge)
 
 

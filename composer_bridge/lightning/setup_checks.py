@@ -1,20 +1,18 @@
 """What the bridge checks at ``setup``, before anything trains: capabilities the algorithms declare.
 
-Algorithms never look at Lightning. They declare what they need with class attributes (or
-properties), and these checks compare the declarations with the module and Trainer at hand:
+Algorithms never look at Lightning. They declare what they need and what they change with the
+capabilities of :class:`~composer_bridge.core.algorithm.Algorithm` (documented there), and these
+checks compare the declarations with the module and Trainer at hand:
 
 - ``needs_loss_events``: the forward/loss events: a ``ComposerModule``, or a plain module whose
   ``training_step`` calls a loss the bridge can see (:mod:`~composer_bridge.lightning.plain_loss`);
-- ``needs_run_length``: the run's length (``max_epochs`` or ``max_steps``), to place a schedule
-  given as a fraction of the run;
-- ``needs_optimizer_closure``: Lightning's automatic optimization with a closure, no fp16 gradient
-  scaler and no gradient accumulation (SAM evaluates the loss twice per step);
-- ``averages_weights``: replaces the weights by an average (conflicts with Lightning's own
-  ``StochasticWeightAveraging``/``WeightAveraging`` callbacks);
-- ``clips_gradients``: clips gradients (conflicts with ``Trainer(gradient_clip_val=...)``);
-- ``freezes_layers``: changes ``requires_grad`` (meets Lightning's ``BaseFinetuning`` callbacks);
-- ``non_contiguous_weights``: leaves weights non-contiguous (ChannelsLast), which FSDP2's
-  ``fully_shard`` under ``ModelParallelStrategy`` refuses.
+- ``needs_run_length``: ``max_epochs`` or ``max_steps`` (not only ``max_time``);
+- ``needs_optimizer_closure``: automatic optimization, no fp16 gradient scaler, no accumulation;
+- ``averages_weights``: refused beside Lightning's ``StochasticWeightAveraging``/``WeightAveraging``;
+- ``clips_gradients``: refused beside ``Trainer(gradient_clip_val=...)``;
+- ``freezes_layers``: a warning beside Lightning's ``BaseFinetuning`` callbacks;
+- ``non_contiguous_weights``: refused under FSDP2 (``ModelParallelStrategy``), whose
+  ``fully_shard`` cannot shard non-contiguous weights.
 
 Before these, :func:`check_one_package`: the module and DataModule come from the Trainer's
 Lightning package (``lightning.pytorch`` or ``pytorch_lightning``).
@@ -40,6 +38,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from composer_bridge.core.algorithm import declaring
 from composer_bridge.lightning import _compat
 from composer_bridge.lightning.package import LightningPackage, classes_in_every_package, package_of
 
@@ -53,8 +52,8 @@ class BridgeConfigurationError(ValueError):
     """The algorithms cannot run with this module, strategy or checkpoint; the message says how to fix it."""
 
 
-def _names(algorithms: Sequence[Any], marker: str) -> list[str]:
-    return [type(a).__name__ for a in algorithms if getattr(a, marker, False)]
+def _names(algorithms: Sequence[Any], capability: str) -> list[str]:
+    return [type(a).__name__ for a in declaring(algorithms, capability)]
 
 
 def _verb(names: list[str]) -> str:
