@@ -33,10 +33,14 @@ of issue 17 are checked at the end, on both summaries, with engine dispatch agai
 Ignite's measured in the same run (``benchmarks/engine_dispatch.py``; needs ``pytorch-ignite``,
 the ``bench`` extra).
 
+``--package pytorch_lightning`` runs everything on ``import pytorch_lightning as pl`` (``pl.Trainer``,
+``pl.LightningModule``, ``pl.Callback``) instead of ``lightning``.
+
 Usage::
 
     .venv/bin/python benchmarks/callback_overhead.py                 # 2000 steps x 11 rounds
     .venv/bin/python benchmarks/callback_overhead.py --quick         # a smoke run, ~1 min
+    .venv/bin/python benchmarks/callback_overhead.py --ab-only --package pytorch_lightning
 """
 
 from __future__ import annotations
@@ -56,10 +60,23 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import lightning as L
 import torch
 
 from composer_bridge import Algorithm, AlgorithmEngineCallback, Event, State
+
+PACKAGES = {"lightning": "lightning.pytorch", "pytorch_lightning": "pytorch_lightning"}
+
+
+def _package_option() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--package", choices=sorted(PACKAGES), default="lightning",
+                        help="the Lightning package to run on (lightning.pytorch or pytorch_lightning)")
+    return parser
+
+
+# Read before the classes below are built on the package's LightningModule and Callback.
+PACKAGE = _package_option().parse_known_args()[0].package
+L: Any = importlib.import_module(PACKAGES[PACKAGE])
 
 # The events of one optimizer step (what a per-step algorithm such as EMA, LayerFreezing or MixUp
 # matches); a plain LightningModule gets nine of them (not the forward/loss ones).
@@ -273,7 +290,8 @@ def spread(values: list[float], fmt: str) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     parents=[_package_option()])
     parser.add_argument("--steps", type=int, default=2000, help="training steps per configuration run")
     parser.add_argument("--repeats", type=int, default=11, help="interleaved rounds")
     parser.add_argument("--ab-steps", type=int, default=10000, help="steps of each in-run A/B fit")
@@ -287,12 +305,14 @@ def main() -> None:
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore")
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
+    logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)
     logging.getLogger("lightning.fabric").setLevel(logging.ERROR)
 
     if args.ab_only:
         import composer_bridge
 
-        print(f"composer_bridge from {os.path.dirname(composer_bridge.__file__)}; in-run A/B of the empty bridge, "
+        print(f"composer_bridge from {os.path.dirname(composer_bridge.__file__)} on {L.__name__} {L.__version__}; "
+              "in-run A/B of the empty bridge, "
               f"{args.ab_steps} steps per fit (with ÷ without: mean, median, lower decile)")
         for _ in range(args.ab_repeats):
             fit = in_run_ab([AlgorithmEngineCallback([])], args.ab_steps)
@@ -318,7 +338,7 @@ def main() -> None:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"{args.steps} steps x {args.repeats} interleaved rounds ({elapsed:.0f} s); "
           f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, load average {load:.1f}; "
-          f"Python {platform.python_version()}, torch {torch.__version__}, lightning {L.__version__}")
+          f"Python {platform.python_version()}, torch {torch.__version__}, {L.__name__} {L.__version__}")
     print(f"The {N}-class bridge recorded {keys} trace keys and as many cost entries ({N} per event, "
           f"{events} events per step).\n")
     print("Step time: the training thread's CPU µs per step; decile: each run's lower decile of its steps "

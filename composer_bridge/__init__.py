@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from composer_bridge._version import __version__ as __version__
 from composer_bridge.core import (
     Algorithm,
     AlgorithmError,
@@ -32,8 +33,6 @@ from composer_bridge.core import (
 
 if TYPE_CHECKING:
     from composer_bridge.lightning import AlgorithmEngineCallback, ComposerClassifier, ComposerModule
-
-__version__ = "0.1.0"
 
 __all__ = [
     "Algorithm",

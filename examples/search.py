@@ -4,6 +4,7 @@
     python examples/search.py --task language              # the character-level GPT
     python examples/search.py --quick                      # a tiny run of the whole pipeline (seconds)
     python examples/search.py --out outputs/search_vision  # where the state, tables and plot go
+    python examples/search.py --add-candidates ChannelsLast  # one more candidate, default arguments
 
 **Vision**: :func:`composer_bridge.data.cluttered_digits_loaders` (digits upsampled to 24x24,
 moved, cluttered and noisy, 60 per class: a task a small ResNet is still learning after minutes)
@@ -96,6 +97,8 @@ def main(argv: list[str] | None = None) -> Any:
     parser.add_argument("--search-seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--confirm-seeds", type=int, nargs="+", default=[1000, 1001, 1002])
     parser.add_argument("--run-lengths", type=int, nargs="+", default=None)
+    parser.add_argument("--add-candidates", nargs="+", default=[], metavar="ALGORITHM",
+                        help="more candidates, by class name with default arguments (e.g. ChannelsLast)")
     parser.add_argument("--out", default=None, help="state, tables and plot (default outputs/search_<task>)")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
@@ -113,6 +116,7 @@ def main(argv: list[str] | None = None) -> Any:
         lengths = [2, 4] if args.quick else [25, 50, 100]
     if args.quick:
         candidates = candidates[:2]
+    candidates = [*candidates, *(Candidate(name) for name in args.add_candidates)]
     budget = args.budget or (1e9 if args.quick else 300.0)
     result = search_recipe(
         make_module, make_data, monitor=monitor, mode=mode, candidates=candidates,

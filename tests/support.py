@@ -1,4 +1,10 @@
-"""Small real pieces the tests share: data, models, a quiet Trainer, a 2-process DDP runner."""
+"""Small real pieces the tests share: data, models, a quiet Trainer, a 2-process DDP runner.
+
+The Lightning-facing tests run against either Lightning package: ``L`` here is ``lightning.pytorch``
+(the default) or ``pytorch_lightning`` (``COMPOSER_BRIDGE_TEST_LIGHTNING=pytorch_lightning``; CI runs
+both), and ``ComposerClassifier``/``ComposerModule`` are the flavour that package's Trainer accepts.
+Tests write ``L.Trainer``, ``L.LightningModule``, ``L.callbacks.ModelCheckpoint``, ``L.loggers.CSVLogger``.
+"""
 
 from __future__ import annotations
 
@@ -13,13 +19,25 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import lightning as L
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from composer_bridge import ComposerClassifier
 from composer_bridge.models import ResNetCNN
 
+#: The Lightning package under test: "lightning" (lightning.pytorch) or "pytorch_lightning".
+LIGHTNING_PACKAGE = os.environ.get("COMPOSER_BRIDGE_TEST_LIGHTNING", "lightning")
+if LIGHTNING_PACKAGE == "pytorch_lightning":
+    import pytorch_lightning as L
+
+    from composer_bridge.pl import ComposerClassifier, ComposerModule  # noqa: F401 - for the tests
+elif LIGHTNING_PACKAGE == "lightning":
+    import lightning.pytorch as L
+
+    from composer_bridge import ComposerClassifier, ComposerModule  # noqa: F401 - for the tests
+else:
+    raise ValueError(
+        f"COMPOSER_BRIDGE_TEST_LIGHTNING={LIGHTNING_PACKAGE!r}: choose 'lightning' or 'pytorch_lightning'."
+    )
 REPO = Path(__file__).resolve().parents[1]
 
 

@@ -68,6 +68,7 @@ class ChannelsLast(SurgeryAlgorithm):
         ChannelsLast()
     """
 
+    converts_memory_format = True
     #: the weights it leaves are not contiguous (FSDP2 cannot shard them)
     non_contiguous_weights = True
 

@@ -23,6 +23,7 @@ import torch
 from composer_bridge.algorithms._schedule import in_unit, parse_time_hparam
 from composer_bridge.algorithms._sharding import full_tensor, is_dtensor, like, reshard
 from composer_bridge.core.algorithm import Algorithm
+from composer_bridge.core.checkpoint_layout import algorithm_states
 from composer_bridge.core.event import Event
 from composer_bridge.core.logger import Logger
 from composer_bridge.core.state import State
@@ -406,13 +407,10 @@ def ema_weights_from_checkpoint(checkpoint: Mapping[str, Any] | str | Path) -> d
     if not isinstance(checkpoint, Mapping):
         checkpoint = torch.load(checkpoint, map_location="cpu", weights_only=True)
     weights = dict(checkpoint.get("state_dict", {}))
-    for key, bridge in (checkpoint.get("callbacks") or {}).items():
-        if "AlgorithmEngineCallback" not in str(key) or not isinstance(bridge, Mapping):
-            continue
-        for entry in bridge.get("algorithms", []):
-            if entry.get("class") == "EMA" and entry.get("state", {}).get("ema_weights"):
-                weights.update(entry["state"]["ema_weights"])
-                return weights
+    for saved in algorithm_states(checkpoint, "EMA"):
+        if saved.get("ema_weights"):
+            weights.update(saved["ema_weights"])
+            return weights
     raise ValueError(
         "This checkpoint holds no EMA weights: it was not written by an AlgorithmEngineCallback running EMA, or "
         "EMA had not started averaging yet (see EMA(ema_start=...))."

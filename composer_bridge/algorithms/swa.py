@@ -31,8 +31,8 @@ def anneal_factor(progress: float, strategy: str) -> float:
     """How far the learning rate has moved from its start to ``swa_lr`` (0 to 1) at ``progress`` in [0, 1].
 
     Example:
-        >>> anneal_factor(0.5, "linear"), anneal_factor(0.5, "cos")
-        (0.5, 0.5)
+        >>> anneal_factor(0.5, "linear"), round(anneal_factor(0.5, "cos"), 6), anneal_factor(1.0, "cos")
+        (0.5, 0.5, 1.0)
     """
     progress = min(max(progress, 0.0), 1.0)
     return progress if strategy == "linear" else (1.0 - math.cos(math.pi * progress)) / 2.0

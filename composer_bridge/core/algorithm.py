@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import inspect
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from composer_bridge.core.logger import Logger
     from composer_bridge.core.state import State
 
-__all__ = ["Algorithm", "AlgorithmError", "check_algorithms"]
+__all__ = ["CAPABILITIES", "Algorithm", "AlgorithmError", "check_algorithms", "check_unique", "declaring"]
 
 
 class Algorithm(ABC):
@@ -36,33 +36,59 @@ class Algorithm(ABC):
     Subclasses store each ``__init__`` argument under an attribute of the same name; that is
     what :meth:`hparams`, ``repr`` (which evaluates back to an equal algorithm) and ``==`` use.
 
-    Class attributes the engine and the bridge read:
-
-    - ``backwards_create_graph``: backward must build the graph (second-order methods);
-    - ``find_unused_parameters``: some parameters may get no gradient (DDP must be told);
-    - ``interpolates_loss``: the algorithm mixes the loss of two targets (the default passes
-      warn when several do);
-    - ``runs_first`` / ``runs_last``: markers the default passes sort by (SelectiveBackprop
-      runs first; the low-precision norms run last);
-    - ``augments_data``: the algorithm changes the training examples (inputs or targets) before
-      the model sees them (MixUp, CutMix, CutOut, ColOut, RandAugment, ...); ``plan()`` warns
-      when one runs before a ``runs_first`` algorithm such as SelectiveBackprop;
-    - ``needs_loss_events``: acts between the forward pass and the loss: a module with separate
-      ``forward`` and ``loss``, or a plain ``training_step`` module whose loss call the bridge can
-      see (it refuses one where it cannot); an algorithm that turns the targets into probabilities
-      there also sets ``replaces_targets`` (LabelSmoothing, MixUp, CutMix), which the bridge reads
-      to refuse losses that cannot take them;
-    - ``unique``: at most one instance may be used in a run (the library's algorithms set it).
+    Capabilities: what an algorithm does or needs, declared as class attributes (a property
+    where it depends on the hyper-parameters). The engine, its passes, ``plan()`` and the
+    Lightning bridge's setup checks read these declarations, never the algorithm's class name,
+    so an algorithm of yours takes part by setting them. All default to ``False``.
     """
 
+    # --- how the engine runs it ------------------------------------------------------------
+    #: Backward must build the graph (second-order methods); the bridge passes ``create_graph=True``.
     backwards_create_graph: bool = False
+    #: Some parameters may get no gradient; the bridge tells DDP (``find_unused_parameters=True``).
     find_unused_parameters: bool = False
-    interpolates_loss: bool = False
+    #: Runs first at every event (the default passes sort by it: SelectiveBackprop ranks the clean examples).
     runs_first: bool = False
+    #: Runs last at every event (the default passes sort by it: the low-precision norms).
     runs_last: bool = False
-    augments_data: bool = False
-    needs_loss_events: bool = False
+    #: At most one instance may be used in a run (the library's algorithms set it).
     unique: bool = False
+
+    # --- what it changes (the known conflicts are found by these) ---------------------------
+    #: Mixes the loss of two targets (MixUp, CutMix); several together compound their mixing,
+    #: which the default passes and ``plan()`` warn about.
+    interpolates_loss: bool = False
+    #: Changes the training examples (inputs or targets) before the model sees them (MixUp,
+    #: CutMix, CutOut, ColOut, RandAugment, ...); ``plan()`` warns when one runs before a
+    #: ``runs_first`` algorithm.
+    augments_data: bool = False
+    #: Replaces the weights by an average (EMA, SWA): refused beside Lightning's own weight
+    #: averaging callbacks; ``plan()`` warns when two such algorithms run together.
+    averages_weights: bool = False
+    #: Clips the gradients (GradientClipping): refused beside ``Trainer(gradient_clip_val=...)``.
+    clips_gradients: bool = False
+    #: Changes ``requires_grad`` of the model's parameters (LayerFreezing): the setup checks warn
+    #: beside Lightning's ``BaseFinetuning`` callbacks.
+    freezes_layers: bool = False
+    #: Converts the model's layers to another memory format at ``INIT`` (ChannelsLast): ``plan()``
+    #: warns when a model-surgery algorithm runs after it (the layers it creates keep the default format).
+    converts_memory_format: bool = False
+    #: Leaves the model's weights non-contiguous (ChannelsLast): refused with FSDP2, which cannot shard them.
+    non_contiguous_weights: bool = False
+    #: Turns the targets into probabilities at ``BEFORE_LOSS`` (LabelSmoothing; MixUp and CutMix
+    #: without loss interpolation): the bridge refuses a plain module's loss that cannot take them.
+    replaces_targets: bool = False
+
+    # --- what it needs from the training loop (refused at setup when missing) -----------------
+    #: Acts between the forward pass and the loss (the BEFORE_FORWARD ... AFTER_LOSS events): a
+    #: module with separate ``forward`` and ``loss``, or a plain ``training_step`` module whose loss
+    #: call the bridge can see (it refuses one where it cannot).
+    needs_loss_events: bool = False
+    #: The run's length (``max_epochs`` or ``max_steps``), to place a schedule given as a fraction of the run.
+    needs_run_length: bool = False
+    #: The optimizer's closure, evaluated twice per step (SAM): automatic optimization, no fp16
+    #: gradient scaler, no gradient accumulation.
+    needs_optimizer_closure: bool = False
 
     @abstractmethod
     def match(self, event: Event, state: State) -> bool:
@@ -121,6 +147,38 @@ class Algorithm(ABC):
             f"{name} is a composer_bridge Algorithm, not a Lightning callback; wrap it: "
             f"Trainer(callbacks=[AlgorithmEngineCallback([{name}()])])."
         )
+
+
+#: The capabilities :class:`Algorithm` declares (its ``bool`` class attributes), in declaration order.
+CAPABILITIES: tuple[str, ...] = tuple(
+    name for name, annotation in Algorithm.__annotations__.items() if annotation in ("bool", bool)
+)
+
+
+def check_unique(algorithms: Sequence[Algorithm]) -> None:
+    """Raise a clear error when an algorithm that declares ``unique`` appears twice."""
+    seen: set[str] = set()
+    for algorithm in algorithms:
+        name = type(algorithm).__name__
+        if algorithm.unique and name in seen:
+            raise ValueError(
+                f"{name} appears more than once in algorithms; it must be unique in a run (two instances would "
+                f"apply it twice). Keep one {name}(...) with the settings you want."
+            )
+        seen.add(name)
+
+
+def declaring(algorithms: Iterable[Any], capability: str) -> list[Any]:
+    """The algorithms among ``algorithms`` that declare ``capability`` (one of :data:`CAPABILITIES`).
+
+    Example:
+        >>> from composer_bridge.algorithms import EMA, LabelSmoothing
+        >>> [type(a).__name__ for a in declaring([EMA(), LabelSmoothing()], "averages_weights")]
+        ['EMA']
+    """
+    if capability not in CAPABILITIES:
+        raise ValueError(f"{capability!r} is not an Algorithm capability; the capabilities are {', '.join(CAPABILITIES)}.")
+    return [algorithm for algorithm in algorithms if getattr(algorithm, capability, False)]
 
 
 class AlgorithmError(RuntimeError):

@@ -47,14 +47,13 @@ from composer_bridge.core.event import Event, EventFilter, EventList, _check_ari
 from composer_bridge.core.logger import Logger
 from composer_bridge.core.passes import DEFAULT_PASSES, AlgorithmPass, normalize_passes
 from composer_bridge.core.state import State
-from composer_bridge.core.trace import AlgorithmLabels, PlanTraces, Trace, Traces, trace_key
+from composer_bridge.core.trace import MAX_CACHED_PLANS, AlgorithmLabels, PlanTraces, Trace, Traces, trace_key
 
 __all__ = ["Engine", "RemovableEventHandle"]
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[..., Any]
-_MAX_CACHED_ORDERS = 4096
 # measure_cost times the first runs of each plan in full, then a random eighth of its runs, each
 # weighted by 8: an unbiased estimate of the total at an eighth of the clock reads.
 _TIMED_IN_FULL = 64
@@ -203,7 +202,8 @@ class Engine:
         self.measure_cost = measure_cost
         self._cost: dict[str, list[float]] = {}
         self._sample = random.Random(0).random  # private: never touches the global random state
-        #: Called with no argument after a handler is added (the Lightning bridge starts listening then).
+        #: Called with no argument after a handler is added (a loop that skips events while nothing
+        #: listens, see :meth:`has_listeners`, learns here that something does).
         self.on_handler_added: Callable[[], None] | None = None
         for algorithm_pass, index in normalize_passes(algorithm_passes):
             self.register_pass(algorithm_pass, index)
@@ -271,7 +271,7 @@ class Engine:
             # Labels follow the run's list (``Name``, ``Name#2``...), not the order of this event.
             self._labels.add(self.state.algorithms)
             plan = _Plan(list(matched), ordered, event, [self._labels[a] for a in ordered])
-            if len(self._order_cache) >= _MAX_CACHED_ORDERS:
+            if len(self._order_cache) >= MAX_CACHED_PLANS:
                 self._forget_plans()
             self._order_cache[key] = plan
         return plan
@@ -289,7 +289,7 @@ class Engine:
 
     def fire(self, event: Event | str) -> Traces:
         """:meth:`run_event` for a loop that ignores the result: the traces returned may be the
-        engine's own cached object (read-only), not a copy. The Lightning bridge fires its events so."""
+        engine's own cached object (read-only), not a copy: no copy per event for a loop that fires many."""
         if self._closed:
             raise RuntimeError(
                 f"Engine.run_event({event!r}) after close(): the engine is shut down; create a new Engine."
@@ -299,7 +299,7 @@ class Engine:
         state = self.state
         algorithms = state._algorithms  # not the property: this runs a dozen times per step
         if not (algorithms or state.callbacks or self._handlers or self._user_passes):
-            return {}  # nothing listens (a bridge without algorithms): skip the bookkeeping below
+            return {}  # nothing listens (no algorithm, callback, handler or pass): skip the bookkeeping below
         traces = self._run_algorithms(event, state, algorithms) if algorithms or self._user_passes else {}
         for callback in state.callbacks:
             callback.run_event(event, state, self.logger)

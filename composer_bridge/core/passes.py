@@ -44,6 +44,7 @@ __all__ = [
     "AlgorithmPass",
     "DEFAULT_PASSES",
     "MultipleLossInterpolationWarning",
+    "loss_interpolation_conflict",
     "normalize_passes",
     "set_filo_order",
     "sort_low_precision_norms_last",
@@ -111,16 +112,34 @@ def sort_low_precision_norms_last(algorithms: Sequence[Algorithm], event: Event)
     return _partition(algorithms, _runs_last, False)
 
 
+def loss_interpolation_conflict(algorithms: Sequence[Any], joiner: str = " and ", where: str = "") -> str | None:
+    """The sentence naming the algorithms that all interpolate the loss, or ``None`` when at most one does.
+
+    The one definition of this conflict: the default pass below warns with it at each event, and
+    ``plan()`` lists it once for the run.
+
+    Example:
+        >>> class Mix:
+        ...     interpolates_loss = True
+        >>> class MixToo(Mix):
+        ...     pass
+        >>> loss_interpolation_conflict([Mix(), MixToo()])[:40]
+        'Mix and MixToo all interpolate the loss;'
+    """
+    mixing = [type(a).__name__ for a in algorithms if getattr(a, "interpolates_loss", False)]
+    if len(mixing) < 2:
+        return None
+    return (
+        f"{joiner.join(mixing)} all interpolate the loss{where}; their mixing compounds and the targets no longer "
+        "match the inputs. Keep one of them, or set interpolate_loss=False in all but one."
+    )
+
+
 def warn_if_multiple_loss_interpolation(algorithms: Sequence[Algorithm], event: Event) -> list[Algorithm]:
     """Warn when more than one algorithm interpolates the loss (e.g. MixUp and CutMix together)."""
-    mixing = [type(a).__name__ for a in algorithms if getattr(a, "interpolates_loss", False)]
-    if len(mixing) > 1:
-        warnings.warn(
-            f"{', '.join(mixing)} all interpolate the loss at Event.{event.name}; their mixing compounds "
-            "and the targets no longer match the inputs. Keep one, or set interpolate_loss=False.",
-            MultipleLossInterpolationWarning,
-            stacklevel=2,
-        )
+    conflict = loss_interpolation_conflict(algorithms, ", ", f" at Event.{event.name}")
+    if conflict is not None:
+        warnings.warn(conflict, MultipleLossInterpolationWarning, stacklevel=2)
     return list(algorithms)
 
 

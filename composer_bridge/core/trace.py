@@ -22,7 +22,7 @@ from typing import Any
 
 from composer_bridge.core.event import Event
 
-__all__ = ["AlgorithmLabels", "PlanTraces", "Trace", "Traces", "algorithm_labels", "trace_key"]
+__all__ = ["MAX_CACHED_PLANS", "AlgorithmLabels", "PlanTraces", "Trace", "Traces", "algorithm_labels", "trace_key"]
 
 
 @dataclass(slots=True, frozen=True)
@@ -45,11 +45,16 @@ class Trace:
 Traces = dict[str, Trace]
 
 
+#: The most plans the engine caches (it forgets them all when full); a destination caching work per
+#: plan uses the same bound, so its cache never outgrows the engine's.
+MAX_CACHED_PLANS = 4096
+
+
 class PlanTraces(dict):  # type: ignore[type-arg]
     """The traces of one cached plan when no ``apply`` returned an exit code.
 
     The engine hands the same object to its logger each time that plan runs, so a destination
-    may cache work per plan (by identity); treat it as read-only.
+    may cache work per plan (by identity, at most :data:`MAX_CACHED_PLANS`); treat it as read-only.
     """
 
 

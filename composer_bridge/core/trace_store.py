@@ -20,7 +20,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from composer_bridge.core.trace import PlanTraces, Trace, Traces, trace_key
+from composer_bridge.core.trace import MAX_CACHED_PLANS, PlanTraces, Trace, Traces, trace_key
 
 __all__ = ["Timeline", "TraceStats", "TraceStore"]
 
@@ -298,7 +298,7 @@ class TraceStore(Mapping[int, list[Trace]]):
                 stats._last_event = self._events
             timeline.add_all(traces, step)
             if type(traces) is PlanTraces:  # its traces never change: count its next runs as one
-                if len(self._plans) >= 4096:
+                if len(self._plans) >= MAX_CACHED_PLANS:
                     self._forget_plans()
                 self._plans[id(traces)] = _PlanTally(traces, [all_stats[key] for key in traces], timeline.group(traces))
         limit = self.max_traces_per_step

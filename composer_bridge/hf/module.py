@@ -38,9 +38,9 @@ import torch.nn.functional as F
 import torchmetrics
 from torch import nn
 
-from composer_bridge.lightning.module import ComposerModule
+from composer_bridge.lightning.module import ComposerModule, ComposerModuleMixin
 
-__all__ = ["IGNORE_INDEX", "TASKS", "HuggingFaceModel", "infer_task"]
+__all__ = ["IGNORE_INDEX", "TASKS", "HuggingFaceModel", "HuggingFaceModelMixin", "infer_task"]
 
 #: Label value that the loss and the metrics skip (Hugging Face's convention).
 IGNORE_INDEX = -100
@@ -72,8 +72,11 @@ def infer_task(model: nn.Module) -> str:
     )
 
 
-class HuggingFaceModel(ComposerModule):
+class HuggingFaceModelMixin(ComposerModuleMixin):
     """Train a ``transformers`` ``PreTrainedModel`` with Lightning and the bridge's algorithms.
+
+    The code of :class:`HuggingFaceModel` (a ``lightning.pytorch.LightningModule``) and of
+    ``composer_bridge.pl.HuggingFaceModel`` (a ``pytorch_lightning.LightningModule``).
 
     Args:
         model: the Hugging Face model (a ``...ForCausalLM``/``LMHeadModel``, ``...ForMaskedLM`` or
@@ -189,6 +192,19 @@ class HuggingFaceModel(ComposerModule):
             return optimizer
         scheduler = self._scheduler_factory(optimizer)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+
+class HuggingFaceModel(HuggingFaceModelMixin, ComposerModule):
+    """A Hugging Face model as a ``lightning.pytorch.LightningModule``; see :class:`HuggingFaceModelMixin`.
+
+    With ``import pytorch_lightning as pl``, use ``composer_bridge.pl.HuggingFaceModel``.
+
+    Example:
+        >>> import transformers
+        >>> config = transformers.GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=32, n_positions=16)
+        >>> HuggingFaceModel(transformers.GPT2LMHeadModel(config)).task
+        'causal_lm'
+    """
 
 
 def _rows(batch: Any) -> int | None:

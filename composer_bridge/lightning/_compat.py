@@ -4,6 +4,9 @@ Each function here names the assumption it makes; ``tests/lightning/test_compat.
 one of them against the installed Lightning, so a release that changes one fails loudly there
 instead of silently changing the bridge's behaviour.
 
+Both Lightning packages are served: each function takes the classes it checks from
+:mod:`~composer_bridge.lightning.package` (the package of the object at hand, or every loaded one).
+
 Example:
     >>> import lightning as L
     >>> trainer = L.Trainer(logger=False, enable_progress_bar=False, enable_checkpointing=False)
@@ -15,11 +18,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import lightning as L
-from lightning.pytorch.trainer.states import RunningStage
-from lightning.pytorch.utilities.model_helpers import is_overridden
+from composer_bridge.lightning.package import PACKAGES, classes_in_every_package, package_of
+
+if TYPE_CHECKING:  # type hints only: at run time the classes come from package.py (either package)
+    import lightning as L
 
 __all__ = [
     "BATCH_TRANSFER_HOOKS",
@@ -57,9 +61,14 @@ def show_hook(callback: L.Callback, name: str) -> None:
 def is_training(trainer: L.Trainer) -> bool:
     """``trainer.training`` without its string comparison (read on every micro-batch).
 
-    Assumption: ``trainer.state.stage`` holds a ``RunningStage`` member (public enum, internal field).
+    Assumption: ``trainer.state.stage`` holds a ``RunningStage`` member (public enum, internal field)
+    of the Trainer's package; the members of both packages are compared by identity.
     """
-    return trainer.state.stage is RunningStage.TRAINING
+    stage = trainer.state.stage
+    return stage is _TRAINING[0] or stage is _TRAINING[1]
+
+
+_TRAINING = tuple(package.RunningStage.TRAINING for package in PACKAGES)
 
 
 def data_hook_owner(hook: str, module: L.LightningModule, datamodule: L.LightningDataModule | None) -> Any:
@@ -74,9 +83,17 @@ def data_hook_owner(hook: str, module: L.LightningModule, datamodule: L.Lightnin
     """
     if datamodule is None:
         return module
-    if is_overridden(hook, datamodule) or not is_overridden(hook, module):
+    if _overrides(hook, datamodule) or not _overrides(hook, module):
         return datamodule
     return module
+
+
+def _overrides(hook: str, obj: Any) -> bool:
+    """``is_overridden`` of the object's own package (each package's refuses the other's objects)."""
+    package = package_of(obj)
+    if package is None:
+        raise TypeError(f"{type(obj).__name__} is neither a lightning.pytorch nor a pytorch_lightning object.")
+    return bool(package.is_overridden(hook, obj))
 
 
 def step_counter(trainer: L.Trainer, automatic_optimization: bool) -> Callable[[], int]:
@@ -102,12 +119,10 @@ def ddp_kwargs(strategy: Any) -> dict[str, Any] | None:
     does after ``Callback.setup``. ``None`` for strategies that are not DDP (single device, FSDP, ...);
     a DDP strategy without them raises, so ``find_unused_parameters`` is never skipped silently.
     """
-    from lightning.pytorch.strategies import DDPStrategy
-
     kwargs = getattr(strategy, "_ddp_kwargs", None)
     if isinstance(kwargs, dict):
         return kwargs
-    if isinstance(strategy, DDPStrategy):
+    if isinstance(strategy, classes_in_every_package("strategies", "DDPStrategy")):
         raise RuntimeError(
             f"composer_bridge cannot read {type(strategy).__name__}'s DDP arguments in this Lightning version, so it "
             "cannot set find_unused_parameters=True for algorithms that leave parameters without gradients. Use "
@@ -135,12 +150,12 @@ def set_strategy_optimizers(trainer: L.Trainer, optimizers: list[Any]) -> None:
 def max_time(trainer: L.Trainer) -> timedelta | None:
     """The ``Trainer(max_time=...)`` limit, read from the ``Timer`` callback Lightning adds for it.
 
-    Assumption: ``max_time`` becomes a ``lightning.pytorch.callbacks.Timer`` with a ``_duration`` in seconds.
+    Assumption: ``max_time`` becomes a ``callbacks.Timer`` (of the Trainer's package) with a ``_duration``
+    in seconds.
     """
-    from lightning.pytorch.callbacks import Timer
-
+    timers = classes_in_every_package("callbacks", "Timer")
     for callback in trainer.callbacks:
-        if isinstance(callback, Timer):
+        if isinstance(callback, timers):
             seconds = getattr(callback, "_duration", None)
             if seconds is not None:
                 return timedelta(seconds=float(seconds))
@@ -148,8 +163,5 @@ def max_time(trainer: L.Trainer) -> timedelta | None:
 
 
 def lightning_weight_averaging() -> tuple[type, ...]:
-    """Lightning's own weight-averaging callbacks (``StochasticWeightAveraging``, ``WeightAveraging``)."""
-    from lightning.pytorch import callbacks
-
-    names = ("StochasticWeightAveraging", "WeightAveraging")
-    return tuple(getattr(callbacks, name) for name in names if hasattr(callbacks, name))
+    """Lightning's own weight-averaging callbacks (``StochasticWeightAveraging``, ``WeightAveraging``), both packages'."""
+    return classes_in_every_package("callbacks", "StochasticWeightAveraging", "WeightAveraging")

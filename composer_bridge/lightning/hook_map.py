@@ -1,17 +1,20 @@
 """Which Lightning hook fires which Composer events: the whole mapping, in one table.
 
 :class:`~composer_bridge.AlgorithmEngineCallback` fires exactly the events listed here for each
-hook (``docs/how-it-works.md`` shows the same table, and a test keeps the two equal). A key with a
+hook, and reads them from here only: its run (:mod:`~composer_bridge.lightning.run`), the module's
+step API (:mod:`~composer_bridge.lightning.steps`) and the hooks installed on the module
+(:mod:`~composer_bridge.lightning.module_hooks`) name no event themselves (a test checks both, and
+that ``docs/how-it-works.md`` shows the same table). A key with a
 qualifier in brackets is a variant of the hook: ``"on_validation_start[standalone]"`` is
 ``on_validation_start`` under ``trainer.validate``/``trainer.test`` rather than during ``fit``.
 
-Rules the table cannot show, kept by the callback:
+Rules the table cannot show, kept by the run:
 
 - the per-step events fire only while something listens (an algorithm, an engine callback or a
   handler); the epoch, fit and eval events always fire;
 - ``on_train_batch_start`` fires its events on the *first* micro-batch of an optimizer step and
   ``on_train_batch_end`` on the micro-batch after which Lightning's ``global_step`` moved (see
-  :mod:`~composer_bridge.lightning.step_clock`);
+  :mod:`~composer_bridge.training.step_clock`);
 - ``on_before_optimizer_step`` fires ``AFTER_TRAIN_BATCH`` before *every* optimizer step, with
   ``state.stepping_optimizer`` set: once per step in automatic optimization, once per
   ``optimizer.step()`` call in manual optimization, and once per gradient under SAM;

@@ -9,11 +9,12 @@ forwards those calls to every logger the Trainer has (CSV, TensorBoard, W&B, ...
 
 from __future__ import annotations
 
-from typing import Any
-
-import lightning as L
+from typing import TYPE_CHECKING, Any
 
 from composer_bridge.core.logger import LoggerDestination
+
+if TYPE_CHECKING:
+    import lightning as L
 
 __all__ = ["LightningLoggers"]
 

@@ -6,6 +6,12 @@ re-runs the forward without gradients). The :class:`AlgorithmEngineCallback` dri
 modules' steps and fires every event; without the callback they train as ordinary
 LightningModules.
 
+Each class is written once, as a mixin holding all its code (:class:`ComposerModuleMixin`,
+:class:`ComposerClassifierMixin`), and made a LightningModule of each Lightning package from it:
+``composer_bridge.ComposerModule`` is a ``lightning.pytorch.LightningModule``;
+``composer_bridge.pl.ComposerModule`` is a ``pytorch_lightning.LightningModule`` (``pl.Trainer``
+accepts only those). ``isinstance(module, ComposerModuleMixin)`` holds for both.
+
 Example:
     >>> import torch
     >>> model = ComposerClassifier(torch.nn.Linear(4, 3), num_classes=3)
@@ -23,23 +29,31 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-import lightning as L
 import torch
 import torch.nn.functional as F
 import torchmetrics
 
 from composer_bridge.core.batch import BatchKey, get_batch_item
+from composer_bridge.lightning.package import LIGHTNING
 
-__all__ = ["ComposerClassifier", "ComposerModule", "soft_cross_entropy"]
+__all__ = [
+    "ComposerClassifier",
+    "ComposerClassifierMixin",
+    "ComposerModule",
+    "ComposerModuleMixin",
+    "soft_cross_entropy",
+]
 
 
-class ComposerModule(L.LightningModule):
-    """A LightningModule with Composer's ``forward(batch)`` / ``loss(outputs, batch)`` split.
+class ComposerModuleMixin:
+    """Composer's ``forward(batch)`` / ``loss(outputs, batch)`` split and the steps that drive it.
 
-    Subclasses implement :meth:`forward` and :meth:`loss` (and ``configure_optimizers``); this
-    class supplies ``training_step``, ``validation_step``, ``test_step`` and ``predict_step``.
-    Override :meth:`update_train_metrics` / :meth:`update_eval_metrics` to log more.
+    The code of :class:`ComposerModule` for both Lightning packages; mixed in before the
+    package's ``LightningModule`` (whose ``log`` and ``__call__`` it uses). Subclass
+    ``ComposerModule`` (``composer_bridge`` or ``composer_bridge.pl``), not this.
     """
+
+    log: Any  # the LightningModule's, from the package class this is mixed into
 
     def forward(self, batch: Any) -> Any:  # noqa: D401 - Composer's convention
         """Compute the outputs for a whole batch (inputs and targets together)."""
@@ -66,7 +80,7 @@ class ComposerModule(L.LightningModule):
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         bridge = _bridge_of(self)
         if bridge is not None:
-            batch, outputs, loss = bridge.composer_train_step(self, batch)
+            batch, outputs, loss = bridge.train_step(self, batch)
         else:
             outputs = self(batch)
             loss = self.loss(outputs, batch)
@@ -75,7 +89,7 @@ class ComposerModule(L.LightningModule):
 
     def _evaluate(self, batch: Any, prefix: str) -> Any:
         bridge = _bridge_of(self)
-        outputs = bridge.composer_eval_forward(self, batch) if bridge is not None else self.eval_forward(batch)
+        outputs = bridge.eval_forward(self, batch) if bridge is not None else self.eval_forward(batch)
         self.update_eval_metrics(outputs, batch, prefix)
         return outputs
 
@@ -87,7 +101,31 @@ class ComposerModule(L.LightningModule):
 
     def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> Any:
         bridge = _bridge_of(self)
-        return bridge.composer_predict_forward(self, batch) if bridge is not None else self.eval_forward(batch)
+        return bridge.predict_forward(self, batch) if bridge is not None else self.eval_forward(batch)
+
+
+class ComposerModule(ComposerModuleMixin, LIGHTNING.LightningModule):  # type: ignore[misc]
+    """A ``lightning.pytorch.LightningModule`` with Composer's ``forward(batch)`` / ``loss(outputs, batch)`` split.
+
+    Subclasses implement :meth:`forward` and :meth:`loss` (and ``configure_optimizers``); this
+    class supplies ``training_step``, ``validation_step``, ``test_step`` and ``predict_step``.
+    Override :meth:`update_train_metrics` / :meth:`update_eval_metrics` to log more.
+    With ``import pytorch_lightning as pl``, subclass ``composer_bridge.pl.ComposerModule`` (the
+    same code on ``pl.LightningModule``).
+
+    Example:
+        >>> class Regression(ComposerModule):
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.net = torch.nn.Linear(3, 1)
+        ...     def forward(self, batch):
+        ...         return self.net(batch[0])
+        ...     def loss(self, outputs, batch):
+        ...         return F.mse_loss(outputs, batch[1])
+        >>> x, y = torch.randn(4, 3), torch.randn(4, 1)
+        >>> Regression().loss(Regression()((x, y)), (x, y)).ndim
+        0
+    """
 
 
 def _bridge_of(module: torch.nn.Module) -> Any:
@@ -96,7 +134,11 @@ def _bridge_of(module: torch.nn.Module) -> Any:
 
 
 def attach_bridge(module: torch.nn.Module, bridge: Any) -> None:
-    """Let ``module``'s steps call back into ``bridge`` (held weakly: copies of the module stay small)."""
+    """Let ``module``'s steps call ``bridge``'s step API (:class:`~composer_bridge.lightning.steps.ModuleSteps`).
+
+    Held weakly: copies of the module stay small, and a run the callback dropped leaves the module
+    training as a plain LightningModule.
+    """
     module.__dict__["_composer_bridge"] = weakref.ref(bridge)
 
 
@@ -133,8 +175,10 @@ def soft_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, reduction: s
     return F.cross_entropy(logits, targets.long(), reduction=reduction)
 
 
-class ComposerClassifier(ComposerModule):
+class ComposerClassifierMixin(ComposerModuleMixin):
     """Wrap a plain ``nn.Module`` classifier: ``batch = (inputs, targets)``, cross-entropy loss, accuracy.
+
+    The code of :class:`ComposerClassifier` for both Lightning packages (see :class:`ComposerModuleMixin`).
 
     Targets may be class indices or probabilities (after MixUp, CutMix, LabelSmoothing).
     Logs ``train/loss``, ``train/acc``, ``val/loss``, ``val/acc`` (and ``test/*``) through
@@ -214,3 +258,15 @@ class ComposerClassifier(ComposerModule):
             return optimizer
         scheduler = self._scheduler_factory(optimizer)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+
+class ComposerClassifier(ComposerClassifierMixin, ComposerModule):
+    """A classifier as a ``lightning.pytorch.LightningModule``: see :class:`ComposerClassifierMixin` for the arguments.
+
+    ``composer_bridge.pl.ComposerClassifier`` is the same class on ``pytorch_lightning.LightningModule``.
+
+    Example:
+        >>> model = ComposerClassifier(torch.nn.Linear(4, 3), num_classes=3)
+        >>> model.num_classes
+        3
+    """

@@ -14,33 +14,33 @@ anything is patched (an instance attribute would make any hook look overridden).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import lightning as L
 import torch
-from lightning.pytorch.utilities.model_helpers import is_overridden
 
 from composer_bridge.core.event import Event
 from composer_bridge.lightning import _compat
-from composer_bridge.lightning.module import ComposerModule
+from composer_bridge.lightning.hook_map import HOOK_EVENTS
+from composer_bridge.lightning.module import ComposerModuleMixin
 from composer_bridge.lightning.module_patches import ModulePatches
+from composer_bridge.lightning.package import package_of
 from composer_bridge.lightning.plain_loss import PlainLossStep
+
+if TYPE_CHECKING:
+    import lightning as L
 
 __all__ = ["ModuleHooks"]
 
-#: plain modules: the step methods whose forward pass the bridge brackets with events
-_EVAL_STEPS = (
-    ("validation_step", Event.EVAL_BEFORE_FORWARD, Event.EVAL_AFTER_FORWARD),
-    ("test_step", Event.EVAL_BEFORE_FORWARD, Event.EVAL_AFTER_FORWARD),
-    ("predict_step", Event.PREDICT_BEFORE_FORWARD, Event.PREDICT_AFTER_FORWARD),
-)
+#: plain modules: the step methods whose forward pass the bridge brackets with their events
+_EVAL_STEPS = ("validation_step", "test_step", "predict_step")
 
 
 class ModuleHooks:
     """Install and remove the bridge's instance-level hooks on one module (and its DataModule).
 
-    ``bridge`` is the :class:`~composer_bridge.AlgorithmEngineCallback`; the hooks call its
-    ``run_event``, ``before_load`` and ``after_dataloader`` and read its ``listening`` and ``state``.
+    ``bridge`` is the run in progress, through its module-facing step API
+    (:class:`~composer_bridge.lightning.steps.ModuleSteps`): the hooks call its ``fire_event``,
+    ``before_checkpoint_load`` and ``after_batch_transfer`` and read its ``listening`` and ``state``.
 
     Example:
         >>> import torch
@@ -48,7 +48,7 @@ class ModuleHooks:
         >>> module = ComposerClassifier(torch.nn.Linear(2, 2), num_classes=2)
         >>> class Bridge:
         ...     listening = False
-        ...     def before_load(self, checkpoint): pass
+        ...     def before_checkpoint_load(self, checkpoint): pass
         >>> hooks = ModuleHooks(module, Bridge())
         >>> "on_load_checkpoint" in vars(module)
         True
@@ -67,7 +67,7 @@ class ModuleHooks:
         on_load = self._patches.original("on_load_checkpoint")
 
         def on_load_checkpoint(checkpoint: dict[str, Any]) -> Any:
-            bridge.before_load(checkpoint)
+            bridge.before_checkpoint_load(checkpoint)
             return on_load(checkpoint)
 
         self._patches.set("on_load_checkpoint", on_load_checkpoint)
@@ -80,7 +80,7 @@ class ModuleHooks:
         self.events_installed = True
         self._install_data_hooks(trainer)
         self._install_backward()
-        if not isinstance(self.module, ComposerModule):
+        if not isinstance(self.module, ComposerModuleMixin):
             self._install_plain_steps()
 
     def _install_data_hooks(self, trainer: L.Trainer) -> None:
@@ -97,16 +97,18 @@ class ModuleHooks:
         before_transfer = before_patches.original("on_before_batch_transfer")
         after_transfer = after_patches.original("on_after_batch_transfer")
 
+        (before_dataloader,) = HOOK_EVENTS["on_before_batch_transfer"]
+
         def on_before_batch_transfer(batch: Any, dataloader_idx: int) -> Any:
             if bridge.listening and _compat.is_training(trainer):
-                bridge.fire_event(Event.BEFORE_DATALOADER)
+                bridge.fire_event(before_dataloader)
             return before_transfer(batch, dataloader_idx)
 
         def on_after_batch_transfer(batch: Any, dataloader_idx: int) -> Any:
             batch = after_transfer(batch, dataloader_idx)
             if not _compat.is_training(trainer):
                 return batch
-            return bridge.after_dataloader(batch)
+            return bridge.after_batch_transfer(batch)
 
         # not transparent: where neither object overrides a hook, Lightning must take the owner's patched one
         before_patches.set("on_before_batch_transfer", on_before_batch_transfer, transparent=False)
@@ -149,8 +151,10 @@ class ModuleHooks:
             self._patches.set("on_load_checkpoint", on_load_checkpoint)
         else:
             self._patches.set("training_step", _before_backward(training_step, bridge))
-        for name, before, after in _EVAL_STEPS:
+        is_overridden = package_of(self.module).is_overridden  # the module's package: either refuses the other's
+        for name in _EVAL_STEPS:
             if is_overridden(name, self.module):
+                before, after = HOOK_EVENTS[name]
                 self._patches.set(name, _bracket(self._patches.original(name), bridge, before, after))
 
     def remove(self) -> None:
@@ -166,6 +170,8 @@ class ModuleHooks:
 
 
 def _before_backward(training_step: Callable[..., Any], bridge: Any) -> Callable[..., Any]:
+    (before_backward,) = HOOK_EVENTS["training_step[plain]"]
+
     def wrapped_training_step(*args: Any, **kwargs: Any) -> Any:
         output = training_step(*args, **kwargs)
         loss = output.get("loss") if isinstance(output, dict) else output
@@ -173,7 +179,7 @@ def _before_backward(training_step: Callable[..., Any], bridge: Any) -> Callable
         if not isinstance(loss, torch.Tensor) or state is None:
             return output
         state.outputs, state.loss = output, loss
-        bridge.fire_event(Event.BEFORE_BACKWARD)
+        bridge.fire_event(before_backward)
         if state.loss is loss:
             return output
         if isinstance(output, dict):

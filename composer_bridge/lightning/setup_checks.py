@@ -1,20 +1,21 @@
 """What the bridge checks at ``setup``, before anything trains: capabilities the algorithms declare.
 
-Algorithms never look at Lightning. They declare what they need with class attributes (or
-properties), and these checks compare the declarations with the module and Trainer at hand:
+Algorithms never look at Lightning. They declare what they need and what they change with the
+capabilities of :class:`~composer_bridge.core.algorithm.Algorithm` (documented there), and these
+checks compare the declarations with the module and Trainer at hand:
 
 - ``needs_loss_events``: the forward/loss events: a ``ComposerModule``, or a plain module whose
   ``training_step`` calls a loss the bridge can see (:mod:`~composer_bridge.lightning.plain_loss`);
-- ``needs_run_length``: the run's length (``max_epochs`` or ``max_steps``), to place a schedule
-  given as a fraction of the run;
-- ``needs_optimizer_closure``: Lightning's automatic optimization with a closure, no fp16 gradient
-  scaler and no gradient accumulation (SAM evaluates the loss twice per step);
-- ``averages_weights``: replaces the weights by an average (conflicts with Lightning's own
-  ``StochasticWeightAveraging``/``WeightAveraging`` callbacks);
-- ``clips_gradients``: clips gradients (conflicts with ``Trainer(gradient_clip_val=...)``);
-- ``freezes_layers``: changes ``requires_grad`` (meets Lightning's ``BaseFinetuning`` callbacks);
-- ``non_contiguous_weights``: leaves weights non-contiguous (ChannelsLast), which FSDP2's
-  ``fully_shard`` under ``ModelParallelStrategy`` refuses.
+- ``needs_run_length``: ``max_epochs`` or ``max_steps`` (not only ``max_time``);
+- ``needs_optimizer_closure``: automatic optimization, no fp16 gradient scaler, no accumulation;
+- ``averages_weights``: refused beside Lightning's ``StochasticWeightAveraging``/``WeightAveraging``;
+- ``clips_gradients``: refused beside ``Trainer(gradient_clip_val=...)``;
+- ``freezes_layers``: a warning beside Lightning's ``BaseFinetuning`` callbacks;
+- ``non_contiguous_weights``: refused under FSDP2 (``ModelParallelStrategy``), whose
+  ``fully_shard`` cannot shard non-contiguous weights.
+
+Before these, :func:`check_one_package`: the module and DataModule come from the Trainer's
+Lightning package (``lightning.pytorch`` or ``pytorch_lightning``).
 
 A check that fails raises :class:`BridgeConfigurationError` naming the algorithm, what is wrong
 and the fix; a combination that works but may surprise is returned as a warning sentence, which
@@ -35,21 +36,24 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import lightning as L
-
+from composer_bridge.core.algorithm import declaring
 from composer_bridge.lightning import _compat
+from composer_bridge.lightning.package import LightningPackage, classes_in_every_package, package_of
 
-__all__ = ["BridgeConfigurationError", "check_module", "check_trainer"]
+if TYPE_CHECKING:
+    import lightning as L
+
+__all__ = ["BridgeConfigurationError", "check_module", "check_one_package", "check_trainer"]
 
 
 class BridgeConfigurationError(ValueError):
     """The algorithms cannot run with this module, strategy or checkpoint; the message says how to fix it."""
 
 
-def _names(algorithms: Sequence[Any], marker: str) -> list[str]:
-    return [type(a).__name__ for a in algorithms if getattr(a, marker, False)]
+def _names(algorithms: Sequence[Any], capability: str) -> list[str]:
+    return [type(a).__name__ for a in declaring(algorithms, capability)]
 
 
 def _verb(names: list[str]) -> str:
@@ -160,6 +164,42 @@ def _check_closure(algorithms: Sequence[Any], trainer: L.Trainer, automatic_opti
 
 
 def _is_finetuning(callback: Any) -> bool:
-    from lightning.pytorch.callbacks import BaseFinetuning
+    return isinstance(callback, classes_in_every_package("callbacks", "BaseFinetuning"))
 
-    return isinstance(callback, BaseFinetuning)
+
+def check_one_package(trainer: Any, module: Any) -> LightningPackage:
+    """The run's Lightning package (the Trainer's); refuse a module or DataModule of the other package.
+
+    Lightning's own ``fit`` refuses a module of the other package first (``TypeError: `model` must be a
+    `LightningModule```) and fails on such a DataModule (``ValueError: Expected a parent``); this check
+    names both packages for whatever reaches the bridge. Callbacks and loggers of the other package
+    are accepted, as Lightning accepts them.
+
+    Example:
+        >>> import lightning as L, pytorch_lightning as pl
+        >>> trainer = pl.Trainer(logger=False, enable_progress_bar=False, enable_checkpointing=False)
+        >>> check_one_package(trainer, pl.LightningModule()).name
+        'pytorch_lightning'
+        >>> try:
+        ...     check_one_package(trainer, L.LightningModule())
+        ... except BridgeConfigurationError as error:
+        ...     print(str(error)[:77])
+        The Trainer is a pytorch_lightning.Trainer but the model (LightningModule) is
+    """
+    package = package_of(trainer)
+    if package is None:
+        raise BridgeConfigurationError(
+            f"AlgorithmEngineCallback needs a lightning.Trainer or a pytorch_lightning.Trainer, got {type(trainer).__name__}."
+        )
+    for role, obj in (("model", module), ("DataModule", getattr(trainer, "datamodule", None))):
+        other = package_of(obj) if obj is not None else None
+        if other is not None and other is not package:
+            raise BridgeConfigurationError(
+                f"The Trainer is a {package.name}.Trainer but the {role} ({type(obj).__name__}) is a {other.name} "
+                f"object: the two Lightning packages have separate classes and cannot be mixed in one run. Fix: "
+                f"use one package throughout — with `{package.spelling}`, subclass {package.name}.LightningModule / "
+                f"LightningDataModule (composer_bridge's modules for it: "
+                f"{'composer_bridge.pl' if package.name == 'pytorch_lightning' else 'composer_bridge'}.ComposerModule, "
+                f"ComposerClassifier, HuggingFaceModel), or create the Trainer with `{other.spelling}`."
+            )
+    return package

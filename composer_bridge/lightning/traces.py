@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from composer_bridge.core.logger import LoggerDestination
-from composer_bridge.core.trace import PlanTraces, Trace, Traces
+from composer_bridge.core.trace import MAX_CACHED_PLANS, PlanTraces, Trace, Traces
 from composer_bridge.core.trace_store import Timeline, TraceStats, TraceStore
 
 __all__ = [
@@ -140,7 +140,7 @@ class _TraceMetrics:
                 self._last_logged[key] = step
                 self._pending[METRIC_PREFIX + key] = 1
         if is_plan:
-            if len(self._logged_plans) >= 4096:
+            if len(self._logged_plans) >= MAX_CACHED_PLANS:
                 self._logged_plans.clear()
             self._logged_plans[id(traces)] = traces  # type: ignore[assignment]
 

@@ -66,10 +66,11 @@ _EVENT_POSITION = {event.name: i for i, event in enumerate(Event)}
 
 
 def wandb_loggers(trainer: Any) -> list[Any]:
-    """The Trainer's ``WandbLogger`` instances (importing Lightning's class does not import ``wandb``)."""
-    from lightning.pytorch.loggers import WandbLogger
+    """The Trainer's ``WandbLogger`` instances, of either Lightning package (importing them does not import ``wandb``)."""
+    from composer_bridge.lightning.package import classes_in_every_package
 
-    return [logger for logger in getattr(trainer, "loggers", []) if isinstance(logger, WandbLogger)]
+    wandb_logger = classes_in_every_package("loggers", "WandbLogger")
+    return [logger for logger in getattr(trainer, "loggers", []) if isinstance(logger, wandb_logger)]
 
 
 def _json_safe(value: Any) -> Any:

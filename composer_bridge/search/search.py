@@ -84,7 +84,7 @@ class SearchResult:
         beats_baseline: ``True`` when the confirmed mean speed-up (failures 0x) is above 1.
         search_score: the recipe's mean speed-up on the search seeds (biased upwards: it was chosen on them).
         also_confirmed: ``{name: SpeedUp}`` for the ``also_confirm`` recipes, same seeds.
-        fits: every fit, search and confirmation (the trial table).
+        fits: every fit this result rests on, search and confirmation (the trial table).
         curves: every configuration-seed curve and its score.
         steps: what each greedy step tried and decided, in words.
         cost: training time and fits of the search and of the confirmation, the budget, the
@@ -210,6 +210,15 @@ class _Search:
         (self.search_fits if phase == "search" else self.confirm_fits).append(record)
         self._tick(record)
         return record
+
+    def used_fits(self) -> list[FitRecord]:
+        """The fits this search's decisions and confirmation used, in the state's order.
+
+        All of the state's fits, except when a state is re-reported with a smaller budget than it
+        was searched with: then the fits past that budget are not part of this result.
+        """
+        used = {id(f) for f in (*self.search_fits, *self.confirm_fits)}
+        return [f for f in self.state.fits if id(f) in used]
 
     def overhead(self) -> tuple[float, float]:
         """The search's own time so far, outside the fits, wall and CPU (earlier interrupted calls included)."""
@@ -452,14 +461,15 @@ def _search(make_module: Callable[..., Any], make_data: Callable[[int], Any], mo
     finally:
         if bar is not None:
             bar.close()
-    state.overhead_s, state.overhead_cpu_s = search.overhead()
-    state.save()
+    if search.trained:  # a re-report (nothing trained) leaves the state, and the search's overhead, as they were
+        state.overhead_s, state.overhead_cpu_s = search.overhead()
+        state.save()
     cost = _cost(search, max_fits, max_train_seconds)
     recipe = [search.by_label[label] for label in incumbent]
     result = SearchResult(
         recipe=recipe, confirmed=confirmed, beats_baseline=bool(confirmed is not None and confirmed.mean > 1.0),
         search_score=(statistics.mean((scores[s] or 0.0) for s in search_seeds) if incumbent else None),
-        also_confirmed=also, fits=list(state.fits), curves=list(search.curves.values()), steps=search.steps,
+        also_confirmed=also, fits=search.used_fits(), curves=list(search.curves.values()), steps=search.steps,
         cost=cost, settings=settings, candidates=usable, stopped_by_budget=stopped,
     )
     return result
@@ -483,7 +493,8 @@ def _cost(search: _Search, max_fits: int | None, max_seconds: float | None) -> d
     one_baseline = statistics.mean(baseline_runs) if baseline_runs else float("nan")
     search_s = sum(f.seconds for f in search.search_fits)
     confirm_s = sum(f.seconds for f in search.confirm_fits)
-    trained_wall = sum(f.wall_s for f in search.state.fits)
+    used = search.used_fits()
+    trained_wall = sum(f.wall_s for f in used)
     budget = max_seconds if max_seconds is not None else (search_s if max_fits is not None else float("nan"))
     overhead = search.state.overhead_cpu_s if search.clock == "cpu" else search.state.overhead_s
     return {
@@ -499,7 +510,7 @@ def _cost(search: _Search, max_fits: int | None, max_seconds: float | None) -> d
         "overhead_fraction_of_budget": (overhead / budget if budget and search.clock != "steps" else None),
         "overhead_fraction_of_training_wall": search.state.overhead_s / trained_wall if trained_wall else None,
         "fits_trained_now": search.trained,
-        "lightning_outside_training_s": sum(f.fit_wall_s - f.wall_s for f in search.state.fits),
+        "lightning_outside_training_s": sum(f.fit_wall_s - f.wall_s for f in used),
     }
 
 

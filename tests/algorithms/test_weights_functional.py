@@ -203,3 +203,23 @@ def test_ema_equals_lightnings_ema_weight_averaging_with_the_same_decay_and_inte
     averaged = ema.ema_weights
     for name, param in theirs.named_parameters():  # Lightning leaves the average in the model at the end
         torch.testing.assert_close(averaged[name], param.detach(), rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_ema_weights_from_checkpoint_reads_the_average_a_bridge_of_any_name_saved(tmp_path) -> None:
+    from composer_bridge.algorithms.ema import ema_weights_from_checkpoint
+
+    class RenamedBridge(AlgorithmEngineCallback):  # its state_key no longer says AlgorithmEngineCallback
+        pass
+
+    ema = EMA(half_life="2ba", update_interval="1ba")
+    model = tiny_classifier()
+    trainer = quiet_trainer(max_epochs=1, limit_train_batches=3, callbacks=[RenamedBridge([ema])])
+    trainer.fit(model, image_loader())
+    path = tmp_path / "last.ckpt"
+    trainer.save_checkpoint(path)
+    weights = ema_weights_from_checkpoint(path)
+    assert set(weights) == set(model.state_dict())
+    assert ema.ema_weights and all(torch.equal(weights[name], average) for name, average in ema.ema_weights.items())
+    assert not torch.equal(weights["module.fc.weight"], model.module.fc.weight.detach())
+    with pytest.raises(ValueError, match="holds no EMA weights"):
+        ema_weights_from_checkpoint({"state_dict": {}, "callbacks": {"RenamedBridge": {"format": "other/9"}}})

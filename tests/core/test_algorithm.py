@@ -153,3 +153,22 @@ def test_algorithm_error_keeps_the_algorithm_event_and_original_error():
     assert error.algorithm == Smooth() and error.event is Event.AFTER_LOSS and error.error is cause
     assert str(error) == "Smooth failed at Event.AFTER_LOSS: ValueError: bad shape"
     assert isinstance(error, RuntimeError)
+
+
+def test_every_capability_is_a_documented_false_by_default_bool_and_listed_for_algorithm_writers():
+    import inspect
+    from pathlib import Path
+
+    from composer_bridge.core.algorithm import CAPABILITIES, declaring
+
+    source = inspect.getsource(Algorithm)
+    page = (Path(__file__).resolve().parents[2] / "docs" / "writing-algorithms.md").read_text()
+    for name in CAPABILITIES:
+        assert getattr(Algorithm, name) is False, name
+        before = source.split(f"\n    {name}: bool")[0].rsplit("\n", 1)[-1]
+        assert before.strip().startswith("#:"), f"{name} has no doc comment (#:) right above it"
+        assert f"`{name}" in page, f"{name} is not in docs/writing-algorithms.md's table"
+    assert {"needs_run_length", "needs_optimizer_closure", "averages_weights", "clips_gradients",
+            "freezes_layers", "converts_memory_format", "needs_loss_events"} <= set(CAPABILITIES)
+    with pytest.raises(ValueError, match="'averages_weight' is not an Algorithm capability"):
+        declaring([], "averages_weight")

@@ -9,8 +9,9 @@ and under FSDP2 (``ModelParallelStrategy(data_parallel_size=2, tensor_parallel_s
 ``fully_shard`` applied in ``configure_model``), and records on every rank: the final parameters
 (gathered full tensors), the gradient norms before and after the bridge's ``on_before_optimizer_step``
 (GradientClipping's clipped norm), EMA/SWA averages (gathered), and each rank's random draws.
-Further sections: checkpoint resumption (sharded and full state dict), refusal of surgery on an
-already sharded model, rank-zero-only traces. Results: ``OUT_DIR/rank{R}.pt`` (written after every
+Further sections: checkpoint resumption (sharded and full state dict; mid-epoch, and at an epoch's
+last batch beside plain Lightning), refusal of surgery on an already sharded model, rank-zero-only
+traces. Results: ``OUT_DIR/rank{R}.pt`` (written after every
 case, so a crash leaves what ran before it), read by ``tests/lightning/test_fsdp2.py``.
 
 All runs share one 2-process group: Lightning initialises it at the first fit and every later
@@ -355,12 +356,59 @@ def resume_run(name: str, rank: int, out: Path, sharded: bool, ckpt: Path | None
     }
 
 
+#: ``None``: plain Lightning (no bridge), the oracle of the epoch's-last-batch point
+EPOCH_END_SETS: dict[str, Callable[[], list[Any]] | None] = {
+    "plain": None,
+    "CutOut": lambda: [CutOut(length=0.5)],
+    "MixUp": lambda: [MixUp(alpha=0.4)],
+}
+#: (set, checkpoint mode) pairs resumed at the epoch's last batch
+EPOCH_END_RUNS = [("plain", "sharded"), ("CutOut", "sharded"), ("MixUp", "sharded"), ("plain", "full"),
+                  ("CutOut", "full"), ("MixUp", "full")]
+
+
+def epoch_end_run(name: str, rank: int, out: Path, sharded: bool, ckpt: Path | None = None) -> dict[str, Any]:
+    """2 epochs of 2 batches; the uninterrupted run (``ckpt=None``) saves at step 2, epoch 0's last batch.
+
+    ``ModelCheckpoint(every_n_train_steps=2)`` writes in ``on_train_batch_end`` of that batch, before the
+    epoch's end: the resumed fit starts in epoch 1 and the bridge closes epoch 0 itself.
+    """
+    L.seed_everything(0, verbose=False)
+    model = Classifier()
+    make = EPOCH_END_SETS[name]
+    callback = AlgorithmEngineCallback(make(), seed=0) if make is not None else None
+    folder = out / f"epoch-end-{name}-{'sharded' if sharded else 'full'}"
+    saver = ModelCheckpoint(dirpath=folder, filename="at-{step}", every_n_train_steps=2, save_top_k=-1)
+    listed = [c for c in (callback, saver if ckpt is None else None) if c is not None]
+    trainer = L.Trainer(
+        accelerator="cpu", devices=2, max_epochs=2, logger=False, enable_checkpointing=ckpt is None,
+        strategy=ModelParallelStrategy(data_parallel_size=2, tensor_parallel_size=1, save_distributed_checkpoint=sharded),
+        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+        callbacks=listed, default_root_dir=str(out / "lightning"),
+    )
+    trainer.fit(model, RankLoader(rank, batches=2), ckpt_path=str(ckpt) if ckpt is not None else None)
+    return {
+        "params": {k: _full(v) for k, v in model.named_parameters()},
+        "sharded": any(type(p).__name__ == "DTensor" for p in model.parameters()),
+        "bridge": callback.state_dict() if callback is not None else None,
+        "inputs": list(model.train_inputs),
+        "global_step": trainer.global_step,
+        "checkpoint": folder / "at-step=2.ckpt",
+    }
+
+
 def checkpoints(rank: int, out: Path) -> dict[str, Any]:
     results: dict[str, Any] = {}
     for name in RESUME_SETS:
         for mode, sharded in (("sharded", True), ("full", False)):
             whole = results[f"{name}/{mode}/uninterrupted"] = resume_run(name, rank, out, sharded)
             results[f"{name}/{mode}/resumed"] = resume_run(name, rank, out, sharded, ckpt=whole["checkpoint"])
+    started = time.perf_counter()
+    for name, mode in EPOCH_END_RUNS:
+        whole = results[f"epoch-end/{name}/{mode}/uninterrupted"] = epoch_end_run(name, rank, out, mode == "sharded")
+        results[f"epoch-end/{name}/{mode}/resumed"] = epoch_end_run(name, rank, out, mode == "sharded",
+                                                                    ckpt=whole["checkpoint"])
+    results["epoch-end seconds"] = time.perf_counter() - started
     return results
 
 

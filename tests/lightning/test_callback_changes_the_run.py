@@ -5,12 +5,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import lightning as L
 import pytest
 import torch
-from support import image_loader, quiet_trainer, tiny_classifier, weights_of
+from support import ComposerModule, L, image_loader, quiet_trainer, tiny_classifier, weights_of
 
-from composer_bridge import Algorithm, AlgorithmEngineCallback, Callback, ComposerModule, Event, State
+from composer_bridge import Algorithm, AlgorithmEngineCallback, Callback, Event, State
 from composer_bridge.core.algorithm import AlgorithmError
 from composer_bridge.lightning import BridgeConfigurationError
 
@@ -217,7 +216,7 @@ def test_algorithm_error_names_algorithm_and_event_and_closes_engine_callbacks(t
         if int(state.timestamp.batch) == 2:
             raise ValueError("bad batch")
 
-    checkpoints = L.pytorch.callbacks.ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=1, save_top_k=-1)
+    checkpoints = L.callbacks.ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=1, save_top_k=-1)
     callback = AlgorithmEngineCallback([At(Event.BEFORE_LOSS, boom)], callbacks=[Closing(log, "a", fail_close=True), Closing(log, "b")])
     trainer = quiet_trainer(max_steps=5, enable_checkpointing=True, callbacks=[callback, checkpoints])
     with caplog.at_level(logging.ERROR), pytest.raises(AlgorithmError, match=r"At failed at Event.BEFORE_LOSS: ValueError: bad batch"):
@@ -242,7 +241,7 @@ def test_bad_constructor_input_is_named() -> None:
     with pytest.raises(ValueError, match="Once appears more than once"):
         AlgorithmEngineCallback([Once(), Once()])
     with pytest.raises(TypeError, match="Lightning callback"):
-        AlgorithmEngineCallback(callbacks=[L.pytorch.callbacks.ModelCheckpoint()])
+        AlgorithmEngineCallback(callbacks=[L.callbacks.ModelCheckpoint()])
     with pytest.raises(ValueError, match="algorithm_passes got 3"):
         AlgorithmEngineCallback(algorithm_passes=3)
 
@@ -272,7 +271,7 @@ def test_bf16_mixed_precision_runs_every_event_and_reports_its_precision() -> No
 
 
 def test_explicit_find_unused_parameters_false_is_respected_with_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
-    from lightning.pytorch.strategies import DDPStrategy
+    DDPStrategy = L.strategies.DDPStrategy
     from support import free_port
 
     for name in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "LOCAL_RANK", "NODE_RANK"):

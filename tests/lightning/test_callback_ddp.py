@@ -10,7 +10,7 @@ from support import run_ddp_script
 
 SCRIPT = """
 import json, sys, torch
-import lightning as L
+from support import L
 from support import image_loader, quiet_trainer, tiny_classifier
 from composer_bridge import AlgorithmEngineCallback, Algorithm, Event
 

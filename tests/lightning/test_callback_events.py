@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-import lightning as L
 import pytest
 import torch
-from support import image_loader, quiet_trainer, tiny_classifier
+from support import L, image_loader, quiet_trainer, tiny_classifier
 
 from composer_bridge import Algorithm, AlgorithmEngineCallback, Event, State
 from composer_bridge.core.time import TimeUnit

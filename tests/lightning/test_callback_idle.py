@@ -5,10 +5,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import lightning as L
 import pytest
 import torch
-from support import image_loader, quiet_trainer, tiny_classifier
+from support import L, image_loader, quiet_trainer, tiny_classifier
 from torch.utils.data import DataLoader, TensorDataset
 
 from composer_bridge import Algorithm, AlgorithmEngineCallback, Callback, Event, State
@@ -213,7 +212,7 @@ def test_lightning_gives_an_idle_bridge_one_hook_per_step_and_every_event_hook_o
     tmp_path: Any,
 ) -> None:
     """Read from Lightning's own profiler: which of the bridge's hooks did the Trainer call, how often."""
-    from lightning.pytorch.profilers import SimpleProfiler
+    SimpleProfiler = L.profilers.SimpleProfiler
 
     bridge = AlgorithmEngineCallback([])
 

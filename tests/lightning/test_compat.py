@@ -11,10 +11,9 @@ import re
 from datetime import timedelta
 from typing import Any
 
-import lightning as L
 import pytest
 import torch
-from support import REPO, image_loader, quiet_trainer, tiny_classifier
+from support import REPO, L, image_loader, quiet_trainer, tiny_classifier
 
 from composer_bridge.lightning import _compat
 from composer_bridge.lightning.hook_map import HOOK_EVENTS
@@ -57,7 +56,7 @@ def test_is_training_reads_lightnings_running_stage() -> None:
 @pytest.mark.parametrize("datamodule_overrides", [False, True])
 def test_data_hook_owner_is_the_object_lightning_calls(module_overrides: bool, datamodule_overrides: bool) -> None:
     """Lightning's own selector agrees with data_hook_owner wherever the user's hook exists."""
-    from lightning.pytorch.trainer.connectors.data_connector import _DataHookSelector
+    _DataHookSelector = L.trainer.connectors.data_connector._DataHookSelector
 
     class Module(L.LightningModule):
         pass
@@ -95,21 +94,21 @@ class _nothing:
 
 
 def test_ddp_kwargs_are_the_dict_ddp_will_be_built_with() -> None:
-    from lightning.pytorch.strategies import DDPStrategy
+    DDPStrategy = L.strategies.DDPStrategy
 
     strategy = DDPStrategy(find_unused_parameters=False)
     kwargs = _compat.ddp_kwargs(strategy)
     assert kwargs == {"find_unused_parameters": False}
     kwargs["find_unused_parameters"] = True
     assert _compat.ddp_kwargs(strategy) == {"find_unused_parameters": True}, "must be the strategy's own dict"
-    assert _compat.ddp_kwargs(L.pytorch.strategies.SingleDeviceStrategy("cpu")) is None
+    assert _compat.ddp_kwargs(L.strategies.SingleDeviceStrategy("cpu")) is None
     del strategy._ddp_kwargs  # a Lightning release without it: refused loudly, never skipped
     with pytest.raises(RuntimeError, match="find_unused_parameters"):
         _compat.ddp_kwargs(strategy)
 
 
 def test_restores_checkpoint_after_setup_is_known_for_strategies() -> None:
-    from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy
+    DDPStrategy, FSDPStrategy = L.strategies.DDPStrategy, L.strategies.FSDPStrategy
 
     assert _compat.restores_checkpoint_after_setup(DDPStrategy()) is False
     assert _compat.restores_checkpoint_after_setup(FSDPStrategy()) is True

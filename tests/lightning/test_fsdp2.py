@@ -41,6 +41,9 @@ SEQUENCE = ["SeqLengthWarmup"]  # on the language model
 WEIGHTS = ["EMA", "SWA", "LayerFreezing", "SAM", "GradientClipping-norm", "GradientClipping-value",
            "GradientClipping-adaptive"]
 AUGMENTATION = ["RandAugment", "AugMix", "ColOut"]
+#: (run, checkpoint) resumed at an epoch's last batch; "plain": Lightning alone, the oracle (fsdp_runs.EPOCH_END_RUNS)
+EPOCH_END_RUNS = [("plain", "sharded"), ("CutOut", "sharded"), ("MixUp", "sharded"), ("plain", "full"),
+                  ("CutOut", "full"), ("MixUp", "full")]
 #: refused under ModelParallelStrategy at setup (test_surgery_on_an_already_sharded_model_is_refused_on_every_rank)
 REFUSED = ["ChannelsLast"]
 
@@ -202,6 +205,39 @@ def test_sharded_and_full_checkpoints_resume_exactly(runs: list[dict[str, Any]])
     for key in from_full:
         assert torch.equal(from_sharded[key], from_full[key]), key
     assert all(from_full[k].shape == v.shape for k, v in params.items())
+
+
+@pytest.mark.timeout(900)
+def test_resumes_exactly_from_an_epochs_last_batch_like_plain_lightning(runs: list[dict[str, Any]]) -> None:
+    """``ModelCheckpoint(every_n_train_steps=2)`` at epoch 0's last batch (2 epochs of 2 batches), resumed in epoch 1.
+
+    Plain Lightning (no bridge) is the oracle: it resumes exactly at this point, and so must CutOut and
+    MixUp: the final parameters (gathered), the bridge's state and every draw after the checkpoint.
+    """
+    for rank in (0, 1):
+        results = runs[rank]["checkpoints"]
+        for name, mode in EPOCH_END_RUNS:
+            whole = results[f"epoch-end/{name}/{mode}/uninterrupted"]
+            resumed = results[f"epoch-end/{name}/{mode}/resumed"]
+            where = f"rank {rank} {name} {mode}"
+            assert whole["sharded"] and resumed["sharded"], where
+            assert whole["global_step"] == resumed["global_step"] == 4, where
+            assert whole["params"].keys() == resumed["params"].keys(), where
+            for key, value in whole["params"].items():
+                assert torch.equal(value, resumed["params"][key]), f"{where}: {key}"
+            # the resumed fit trained epoch 1's two batches, with the uninterrupted run's draws
+            assert len(resumed["inputs"]) == 2 and resumed["inputs"] == whole["inputs"][2:], where
+            if name == "plain":
+                assert whole["bridge"] is None and resumed["bridge"] is None
+                continue
+            timestamps = [{k: v for k, v in r["bridge"]["timestamp"].items() if "wct" not in k} for r in (whole, resumed)]
+            assert timestamps[0]["epoch"] == 2 and timestamps[0]["batch"] == 4, (where, timestamps[0])
+            assert_same_state({**whole["bridge"], "timestamp": timestamps[0]},
+                              {**resumed["bridge"], "timestamp": timestamps[1]}, where)
+        # the algorithms changed what the model trained on (the plain run's inputs are the data as loaded)
+        plain = results["epoch-end/plain/sharded/uninterrupted"]["inputs"]
+        for name in ("CutOut", "MixUp"):
+            assert results[f"epoch-end/{name}/sharded/uninterrupted"]["inputs"] != plain, (rank, name)
 
 
 @pytest.mark.timeout(900)

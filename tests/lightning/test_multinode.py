@@ -21,9 +21,10 @@ from support import REPO, free_port
 
 SCRIPT = """
 import sys
-import torch, lightning as L
-from lightning.pytorch.callbacks import ModelCheckpoint
-from lightning.pytorch.loggers import CSVLogger
+import torch
+from support import L
+ModelCheckpoint = L.callbacks.ModelCheckpoint
+CSVLogger = L.loggers.CSVLogger
 from support import image_loader, quiet_trainer, tiny_classifier
 from composer_bridge import AlgorithmEngineCallback, recipes
 

@@ -17,6 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 from resume_points import POINTS, RANDOM_ALGORITHMS, Point, differences, fit, lightning_api, resume
+from support import LIGHTNING_PACKAGE
 
 #: points where plain Lightning itself does not resume exactly, and why
 NOT_EXACT_IN_LIGHTNING = {
@@ -36,8 +37,8 @@ OPEN_STEP = "one step behind"
 
 @pytest.fixture
 def api() -> SimpleNamespace:
-    """The Lightning package under test (a parametrised fixture once pytorch_lightning is wired in)."""
-    return lightning_api("lightning")
+    """The Lightning package under test (``COMPOSER_BRIDGE_TEST_LIGHTNING``, see tests/support.py)."""
+    return lightning_api(LIGHTNING_PACKAGE)
 
 
 @pytest.mark.parametrize("point", list(POINTS))

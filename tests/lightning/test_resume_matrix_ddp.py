@@ -19,8 +19,9 @@ SCRIPT = f"""
 from pathlib import Path
 import torch
 from resume_points import POINTS, differences, lightning_api, resume
+from support import LIGHTNING_PACKAGE
 
-api = lightning_api("lightning")
+api = lightning_api(LIGHTNING_PACKAGE)
 point = POINTS["every_n_train_steps, epoch's last batch"]
 out = {{}}
 for algorithm in {ALGORITHMS!r}:

@@ -11,8 +11,9 @@ from support import run_ddp_script
 
 SCRIPT = """
 import json, logging
-from lightning.pytorch.loggers import CSVLogger, Logger
-from lightning.pytorch.utilities.rank_zero import rank_zero_only
+from support import L
+CSVLogger, Logger = L.loggers.CSVLogger, L.loggers.Logger
+rank_zero_only = L.utilities.rank_zero.rank_zero_only
 from support import image_loader, quiet_trainer, tiny_classifier
 from composer_bridge import AlgorithmEngineCallback, Algorithm, Event
 

@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from lightning.pytorch.loggers import CSVLogger
-from support import image_loader, quiet_trainer, tiny_classifier
+from support import L, image_loader, quiet_trainer, tiny_classifier
 
 from composer_bridge import Algorithm, AlgorithmEngineCallback, Event
 from composer_bridge.core.trace import Trace
 from composer_bridge.lightning.traces import TraceReporting, TraceStore, check_trace_mode, format_trace
+
+CSVLogger = L.loggers.CSVLogger
 
 EVENTS = ("INIT", "BATCH_START", "BEFORE_LOSS", "AFTER_LOSS", "BATCH_END", "EPOCH_END")
 

@@ -12,8 +12,8 @@ from support import image_loader, quiet_trainer, tiny_classifier
 
 from composer_bridge import Algorithm, AlgorithmEngineCallback, Event
 from composer_bridge.core.passes import DEFAULT_PASSES, sort_to_front
-from composer_bridge.lightning.cost_report import CostRow, cost_report
-from composer_bridge.lightning.plan import make_plan
+from composer_bridge.training.cost_report import CostRow, cost_report
+from composer_bridge.training.plan import make_plan
 
 
 class Recorder(Algorithm):
@@ -31,7 +31,8 @@ class Recorder(Algorithm):
 
 
 # Stand-ins named like library algorithms, with the markers those declare: the plan's conflict
-# checks go by markers (augments_data, runs_first, interpolates_loss, required_on_load) and a few names.
+# checks go by the capabilities (augments_data, runs_first, interpolates_loss, converts_memory_format,
+# averages_weights, required_on_load), never by names.
 class MixUp(Recorder):
     augments_data = True
 
@@ -45,7 +46,7 @@ class SelectiveBackprop(Recorder):
 
 
 class ChannelsLast(Recorder):
-    pass
+    converts_memory_format = True
 
 
 class BlurPool(Recorder):
@@ -55,11 +56,11 @@ class BlurPool(Recorder):
 
 
 class EMA(Recorder):
-    pass
+    averages_weights = True
 
 
 class SWA(Recorder):
-    pass
+    averages_weights = True
 
 
 class Smoother(Recorder):
@@ -284,3 +285,17 @@ def test_cost_report_table_matches_the_engine_cost_numbers() -> None:
     assert "5.06%" in str(report) and "10.000" in str(report)  # A's share; B's mean of 10 ms
     with pytest.raises(ValueError, match=r"cost\['A/INIT'\] = \[1\].*\[calls, seconds\]"):
         cost_report({"A/INIT": [1]})
+
+
+def test_plan_conflicts_go_by_declared_capabilities_of_the_library_algorithms_not_by_names() -> None:
+    from composer_bridge import algorithms
+
+    assert algorithms.ChannelsLast.converts_memory_format
+    assert algorithms.EMA.averages_weights and algorithms.SWA.averages_weights
+    real = make_plan([algorithms.ChannelsLast(), algorithms.BlurPool(), algorithms.EMA(), algorithms.SWA()])
+    assert any("BlurPool changes the model after ChannelsLast at INIT" in w for w in real.warnings)
+    assert any("EMA and SWA both keep averaged weights" in w for w in real.warnings)
+
+    # Classes that only borrow the names, without the capabilities, are no conflict.
+    named_only = [type(name, (Recorder,), {})(("INIT",)) for name in ("ChannelsLast", "EMA", "SWA")]
+    assert not make_plan([named_only[0], BlurPool(("INIT",)), *named_only[1:]]).warnings

@@ -8,13 +8,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import lightning as L
 import pytest
 import torch
-from lightning.pytorch.loggers import CSVLogger, WandbLogger
-from support import image_loader, quiet_trainer, tiny_classifier, wandb_run_records
+from support import L, image_loader, quiet_trainer, tiny_classifier, wandb_run_records
 
 from composer_bridge import Algorithm, AlgorithmEngineCallback, AlgorithmError, Event
+
+CSVLogger, WandbLogger = L.loggers.CSVLogger, L.loggers.WandbLogger
 
 wandb = pytest.importorskip("wandb")
 

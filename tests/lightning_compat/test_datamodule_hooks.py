@@ -9,10 +9,9 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-import lightning as L
 import pytest
 import torch
-from support import image_loader, quiet_trainer, tiny_classifier
+from support import L, image_loader, quiet_trainer, tiny_classifier
 
 from composer_bridge import Algorithm, AlgorithmEngineCallback, Event
 

@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
-from support import image_loader, quiet_trainer, tiny_classifier
+from support import L, image_loader, quiet_trainer, tiny_classifier
 
 import composer_bridge.algorithms as library
 from composer_bridge import AlgorithmEngineCallback, Event
 from composer_bridge.core.state import State
 
-weight_averaging = pytest.importorskip("lightning.pytorch.callbacks.weight_averaging")
+weight_averaging = pytest.importorskip(f"{L.__name__}.callbacks.weight_averaging")
 
 
 class EveryNthStep(weight_averaging.EMAWeightAveraging):

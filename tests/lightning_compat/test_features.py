@@ -21,13 +21,13 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import lightning as L
 import pytest
 import torch
 import torch.nn.functional as F
-from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint, ModelSummary
-from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from support import (
+    LIGHTNING_PACKAGE,
+    ComposerClassifier,
+    L,
     ResumableLoader,
     assert_same_weights,
     image_dataset,
@@ -39,8 +39,11 @@ from support import (
 )
 from torch import nn
 
-from composer_bridge import Algorithm, AlgorithmEngineCallback, ComposerClassifier, Event, State
+from composer_bridge import Algorithm, AlgorithmEngineCallback, Event, State
 from composer_bridge.algorithms import EMA, CutOut, LabelSmoothing, MixUp, SqueezeExcite
+
+EarlyStopping, ModelCheckpoint, ModelSummary = L.callbacks.EarlyStopping, L.callbacks.ModelCheckpoint, L.callbacks.ModelSummary
+CSVLogger, TensorBoardLogger = L.loggers.CSVLogger, L.loggers.TensorBoardLogger
 
 ROOT = Path(__file__).resolve().parents[2]
 HALF_LIFE_2BA = 2.0 ** -0.5  # EMA(half_life="2ba") updating every step
@@ -463,7 +466,7 @@ def _wandb_metrics(save_dir: Path) -> dict[str, dict[int, float]]:
 
 
 def test_trace_keys_and_counts_reach_the_csv_tensorboard_and_wandb_files(tmp_path: Path) -> None:
-    wandb_logger_cls = pytest.importorskip("lightning.pytorch.loggers").WandbLogger
+    wandb_logger_cls = pytest.importorskip(f"{L.__name__}.loggers").WandbLogger
     pytest.importorskip("wandb")
     import wandb
 
@@ -506,6 +509,8 @@ def _cli_example() -> Any:
     return module
 
 
+@pytest.mark.skipif(LIGHTNING_PACKAGE != "lightning", reason="examples/cli.py is written for lightning; "
+                    "tests/lightning/test_both_packages.py runs pytorch_lightning's LightningCLI")
 def test_lightning_cli_with_the_callback_from_arguments_trains_like_the_same_run_built_in_python(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
 ) -> None:
@@ -557,7 +562,7 @@ class SummaryTotals(ModelSummary):
 
 
 def test_model_summary_reports_the_model_after_surgery_and_the_profiler_times_the_bridge(tmp_path: Path) -> None:
-    from lightning.pytorch.profilers import SimpleProfiler
+    SimpleProfiler = L.profilers.SimpleProfiler
 
     SummaryTotals.reported = []
     callback = AlgorithmEngineCallback([SqueezeExcite(latent_channels=4, min_channels=8)])

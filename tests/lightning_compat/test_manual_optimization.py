@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import lightning as L
 import torch
-from support import quiet_trainer
+from support import L, quiet_trainer
 from torch.utils.data import DataLoader, TensorDataset
 
 from composer_bridge import AlgorithmEngineCallback, Event

@@ -11,10 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import lightning as L
 import pytest
 import torch
 from support import (
+    L,
     ResumableLoader,
     assert_same_state,
     image_loader,
@@ -54,7 +54,7 @@ def fit(algorithms: list[Any], validation: dict[str, Any], tmp_path: Path, ckpt:
         save: dict[str, Any] | None = None, seed: int | None = 11) -> tuple[Any, AlgorithmEngineCallback]:
     model = tiny_classifier()
     callback = AlgorithmEngineCallback(algorithms, seed=seed)
-    extra = [L.pytorch.callbacks.ModelCheckpoint(dirpath=tmp_path, save_top_k=-1, **save)] if save else []
+    extra = [L.callbacks.ModelCheckpoint(dirpath=tmp_path, save_top_k=-1, **save)] if save else []
     trainer = quiet_trainer(max_epochs=3, callbacks=[callback, *extra], enable_checkpointing=bool(save),
                             **{"num_sanity_val_steps": 0, **validation})
     data = image_loader(n=48, batch_size=16).dataset

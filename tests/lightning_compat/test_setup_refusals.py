@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
-import lightning as L
 import pytest
-from lightning.pytorch.callbacks import BackboneFinetuning, StochasticWeightAveraging
-from support import image_loader, quiet_trainer, tiny_classifier
+from support import L, image_loader, quiet_trainer, tiny_classifier
 
 import composer_bridge.algorithms as library
 from composer_bridge import AlgorithmEngineCallback
 from composer_bridge.lightning import BridgeConfigurationError
+
+BackboneFinetuning, StochasticWeightAveraging = L.callbacks.BackboneFinetuning, L.callbacks.StochasticWeightAveraging
 
 
 class CountSteps(L.Callback):
@@ -69,7 +69,7 @@ def test_our_swa_beside_lightnings_weight_averaging_is_refused() -> None:
 
 
 def test_our_ema_beside_lightnings_ema_weight_averaging_is_refused() -> None:
-    ema_callbacks = pytest.importorskip("lightning.pytorch.callbacks.weight_averaging")
+    ema_callbacks = pytest.importorskip(f"{L.__name__}.callbacks.weight_averaging")
     trainer = quiet_trainer(callbacks=[AlgorithmEngineCallback([library.EMA()]), ema_callbacks.EMAWeightAveraging()])
     with pytest.raises(BridgeConfigurationError, match="EMA and Lightning's EMAWeightAveraging"):
         trainer.fit(tiny_classifier(), image_loader(n=32))

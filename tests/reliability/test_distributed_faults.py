@@ -11,7 +11,8 @@ import torch
 from support import run_ddp_script
 
 MIXED = """
-import torch, lightning as L
+import torch
+from support import L
 from support import image_loader, quiet_trainer, tiny_classifier
 from composer_bridge import AlgorithmEngineCallback
 from composer_bridge.algorithms import BlurPool, CutOut, EMA, GradientClipping, LayerFreezing
@@ -20,7 +21,7 @@ L.seed_everything(0)
 algorithms = [BlurPool(min_channels=1), CutOut(length=0.25), EMA(half_life="2ba"),
               LayerFreezing(freeze_start=0.3, freeze_level=0.5), GradientClipping("norm", 1.0)]
 callback = AlgorithmEngineCallback(algorithms, trace_mode="every_event")
-logger = L.pytorch.loggers.CSVLogger("logs", name="mixed")
+logger = L.loggers.CSVLogger("logs", name="mixed")
 trainer = quiet_trainer(strategy="ddp", devices=2, max_epochs=3, limit_train_batches=3, logger=logger,
                         callbacks=[callback])
 model = tiny_classifier()
@@ -47,9 +48,9 @@ def test_mixed_recipe_under_ddp_ends_identical_and_only_rank_zero_logs(tmp_path:
 
 
 ONE_RANK_FAILS = """
-import lightning as L
+from support import L
 from datetime import timedelta
-from lightning.pytorch.strategies import DDPStrategy
+DDPStrategy = L.strategies.DDPStrategy
 from support import image_loader, quiet_trainer, tiny_classifier
 from composer_bridge import AlgorithmEngineCallback, Algorithm, Event
 

@@ -7,10 +7,9 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-import lightning as L
 import pytest
 import torch
-from support import REPO, image_loader, quiet_trainer, tiny_classifier
+from support import REPO, L, image_loader, quiet_trainer, tiny_classifier
 
 from composer_bridge import Algorithm, AlgorithmEngineCallback, Callback, Event, State
 from composer_bridge.core.algorithm import AlgorithmError
@@ -42,8 +41,8 @@ class Closing(Callback):
 @pytest.mark.parametrize("event", ["INIT", "AFTER_DATALOADER", "BEFORE_LOSS", "AFTER_BACKWARD", "BATCH_END", "EVAL_START"])
 def test_a_fault_names_algorithm_and_event_closes_everything_and_keeps_checkpoints(event: str, tmp_path: Path) -> None:
     closing = Closing()
-    checkpoints = L.pytorch.callbacks.ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=1, save_top_k=-1)
-    wandb_logger = L.pytorch.loggers.WandbLogger(project="faults", save_dir=str(tmp_path), offline=True)
+    checkpoints = L.callbacks.ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=1, save_top_k=-1)
+    wandb_logger = L.loggers.WandbLogger(project="faults", save_dir=str(tmp_path), offline=True)
     callback = AlgorithmEngineCallback([FailAt(event)], callbacks=[closing])
     trainer = quiet_trainer(max_steps=6, enable_checkpointing=True, logger=wandb_logger, val_check_interval=3,
                             limit_val_batches=1, callbacks=[callback, checkpoints])
@@ -72,7 +71,8 @@ def test_a_fault_names_algorithm_and_event_closes_everything_and_keeps_checkpoin
 
 
 KEYBOARD_INTERRUPT = """
-import sys, torch, lightning as L
+import sys, torch
+from support import L
 from support import image_loader, quiet_trainer, tiny_classifier
 from composer_bridge import AlgorithmEngineCallback, Algorithm, Callback, Event
 
@@ -86,7 +86,7 @@ class Closing(Callback):
     def close(self, state, logger):
         print("ENGINE-CALLBACK-CLOSED", flush=True)
 
-ckpt = L.pytorch.callbacks.ModelCheckpoint(dirpath="ckpt", every_n_train_steps=1, save_top_k=-1)
+ckpt = L.callbacks.ModelCheckpoint(dirpath="ckpt", every_n_train_steps=1, save_top_k=-1)
 trainer = quiet_trainer(max_steps=8, enable_checkpointing=True,
                         callbacks=[AlgorithmEngineCallback([Interrupt()], callbacks=[Closing()]), ckpt])
 trainer.fit(tiny_classifier(), image_loader(n=128))

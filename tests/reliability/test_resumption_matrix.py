@@ -10,11 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import lightning as L
 import pytest
 import torch
 import torch.nn.functional as F
 from support import (
+    ComposerModule,
+    L,
     ResumableLoader,
     assert_same_state,
     image_loader,
@@ -25,7 +26,7 @@ from support import (
 from torch.utils.data import DataLoader, TensorDataset
 
 import composer_bridge.algorithms as library
-from composer_bridge import AlgorithmEngineCallback, ComposerModule
+from composer_bridge import AlgorithmEngineCallback
 from composer_bridge.models import GPT
 
 VOCAB, SEQ = 12, 16
@@ -81,7 +82,7 @@ def train(algorithms: list[Any], model_factory: Any, loader_factory: Any, save_d
           ckpt: Path | None = None, accumulate: int = 1):
     model = model_factory()
     callback = AlgorithmEngineCallback(algorithms, seed=11)
-    extra = [L.pytorch.callbacks.ModelCheckpoint(dirpath=save_dir, save_top_k=-1, every_n_epochs=1)] if save_dir else []
+    extra = [L.callbacks.ModelCheckpoint(dirpath=save_dir, save_top_k=-1, every_n_epochs=1)] if save_dir else []
     trainer = quiet_trainer(max_epochs=3, limit_train_batches=3, accumulate_grad_batches=accumulate,
                             callbacks=[callback, *extra], enable_checkpointing=bool(save_dir))
     trainer.fit(model, loader_factory(), ckpt_path=ckpt)
@@ -145,7 +146,7 @@ def test_resumption_from_a_mid_epoch_checkpoint_is_exact_with_a_resumable_loader
     def fit(ckpt: Path | None, save: bool) -> tuple[Any, Any]:
         model = tiny_classifier()
         callback = AlgorithmEngineCallback([factory()], seed=11)
-        extra = [L.pytorch.callbacks.ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=4, save_top_k=-1)] if save else []
+        extra = [L.callbacks.ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=4, save_top_k=-1)] if save else []
         trainer = quiet_trainer(max_epochs=3, callbacks=[callback, *extra], enable_checkpointing=save)
         trainer.fit(model, ResumableLoader(data, 16), ckpt_path=ckpt)
         return model, callback

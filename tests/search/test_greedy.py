@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import pytest
 
+from composer_bridge.search import BudgetWarning
 from composer_bridge.search.candidates import Candidate
 from composer_bridge.search.search import BudgetExhausted, CurveResult, _Search
 from composer_bridge.search.state import SearchState
+from composer_bridge.search.trial import FitRecord
 
 
 class Scripted(_Search):
@@ -72,3 +74,64 @@ def test_a_budget_stop_keeps_the_recipe_accepted_so_far() -> None:
     # 2 baseline curves, step one (A, B, C on seed 0, A on seed 1), step two's A+B and A+C on seed 0: then
     # the budget ends, before A+B (ahead) is scored on seed 1, so the recipe stays A.
     assert search.incumbent == ("A",) and search.evaluated[-1] == (("A", "C"), 0)
+
+
+# --- one curve: run lengths short to long, and the two exact early stops ------------------------------
+
+
+def _curve_search(points: dict, max_seconds: float | None = None) -> _Search:
+    """A search over run lengths 1, 2, 4 whose fits come from ``points[(config, seed, steps)] = (seconds, quality)``.
+
+    The records go into the search's fit cache, so the real ``_Search.fit``, ``curve`` and budget code run;
+    a fit missing from the table would need training and fails the test.
+    """
+    search = _Search(None, None, "q", True, [Candidate("MixUp", name=n) for n in ("A", "B")], [1, 2, 4], [0],
+                     [10], "cpu", {}, None, max_seconds, 0.02, SearchState(None, {}), None)
+    search.cache = {key: FitRecord(list(key[0]), key[1], key[2], q, s, s, s, "search" if key[1] == 0 else "confirm")
+                    for key, (s, q) in points.items()}
+    return search
+
+
+BASELINE = {((), 0, 1): (1.0, 0.3), ((), 0, 2): (2.0, 0.5), ((), 0, 4): (4.0, 0.6),
+            ((), 10, 1): (1.0, 0.3), ((), 10, 2): (2.0, 0.5), ((), 10, 4): (4.0, 0.6)}
+
+
+def test_a_curve_stops_at_the_first_run_length_that_reaches_the_baselines_best() -> None:
+    # A reaches Q = 0.6 at 2 steps: its 4-step fit cannot change its time to Q and is not trained.
+    search = _curve_search({**BASELINE, (("A",), 0, 1): (0.9, 0.4), (("A",), 0, 2): (1.8, 0.7)})
+    curve = search.curve(("A",), 0, "search")
+    assert curve.status == "reached Q" and [p[0] for p in curve.points] == [0.9, 1.8]
+    # Time to 0.6 on A's curve: 0.9 + 0.9 * (0.6 - 0.4) / (0.7 - 0.4) = 1.5 s; the baseline's: 4.0 s.
+    assert curve.speedup == pytest.approx(4.0 / 1.5)
+    assert [(tuple(f.config), f.steps) for f in search.search_fits] == [((), 1), ((), 2), ((), 4), (("A",), 1),
+                                                                         (("A",), 2)]
+
+
+def test_a_curve_past_the_baselines_time_to_q_stops_as_a_failure() -> None:
+    # B's 2-step fit takes 4.5 s, past the baseline's 4.0 s to Q, still below Q: it cannot beat the
+    # baseline on this seed, so its 4-step fit is not trained and it scores as a failure.
+    search = _curve_search({**BASELINE, (("B",), 0, 1): (2.2, 0.3), (("B",), 0, 2): (4.5, 0.55)})
+    curve = search.curve(("B",), 0, "search")
+    assert curve.status == "stopped: past the baseline's time to Q" and curve.speedup is None
+    assert len(curve.points) == 2
+
+
+def test_confirmation_curves_are_not_stopped_early_by_the_baselines_time() -> None:
+    # The same slow curve on a confirmation seed runs to the longest run length: a reported number is
+    # never cut short by the search's shortcut.
+    search = _curve_search({**BASELINE, (("B",), 10, 1): (2.2, 0.3), (("B",), 10, 2): (4.5, 0.55),
+                            (("B",), 10, 4): (9.0, 0.62)})
+    curve = search.curve(("B",), 10, "confirm")
+    assert curve.status == "reached Q" and len(curve.points) == 3
+    assert curve.speedup == pytest.approx(4.0 / (4.5 + 4.5 * (0.6 - 0.55) / (0.62 - 0.55)), abs=1e-6)
+
+
+def test_a_time_budget_stops_before_a_fit_it_cannot_cover() -> None:
+    # 7 s of baseline, then A at 1 and 2 steps (0.9 s + 2.5 s): 10.4 s spent. A's 4-step fit is expected to
+    # cost what the 4-step baseline fit took (4.0 s): 14.4 s > 14, so it is not started.
+    search = _curve_search({**BASELINE, (("A",), 0, 1): (0.9, 0.4), (("A",), 0, 2): (2.5, 0.5)}, max_seconds=14)
+    with pytest.warns(BudgetWarning, match="the first step alone needs about 21"):
+        search.baseline(0, "search")
+    with pytest.raises(BudgetExhausted, match="14 s"):
+        search.curve(("A",), 0, "search")
+    assert [(tuple(f.config), f.steps) for f in search.search_fits][3:] == [(("A",), 1), (("A",), 2)]

@@ -104,10 +104,31 @@ def test_an_interrupted_search_resumes_where_it_stopped_and_ends_with_the_same_t
 def test_a_finished_search_re_reports_from_disk_without_training(searched) -> None:
     result, state, _ = searched
     counting = task.Counting(factory=make_module)
+    saved = (state / "search.json").read_bytes()
     again = search_recipe(counting, task.make_data, state_dir=state, **KWARGS)
     assert counting.calls == 2  # the probe's two modules; no fit
     assert again.cost["fits_trained_now"] == 0
     assert _rows(again) == _rows(result) and again.confirmed == result.confirmed
+    # Looking at a finished search is not part of its cost: the file, and the overhead it records, stay.
+    assert (state / "search.json").read_bytes() == saved
+    assert (again.cost["overhead_s"], again.cost["overhead_cpu_s"]) == (result.cost["overhead_s"],
+                                                                         result.cost["overhead_cpu_s"])
+
+
+def test_a_re_report_with_a_smaller_budget_reports_only_the_fits_within_it(searched, tmp_path) -> None:
+    # The state holds the whole search; replayed with 9 fits (the two baseline curves and one candidate
+    # curve), the result's table, cost and Lightning time are those 9 fits', not the state's.
+    result, state, _ = searched
+    (tmp_path / "search.json").write_text((state / "search.json").read_text())
+    counting = task.Counting(factory=make_module)
+    with pytest.warns(BudgetWarning):
+        small = search_recipe(counting, task.make_data, state_dir=tmp_path, **{**KWARGS, "max_fits": 9})
+    assert counting.calls == 2 and small.stopped_by_budget and not small.recipe
+    assert len(result.fits) > 9
+    assert _rows(small) == _rows(result)[:9] and small.cost["search_fits"] == 9
+    assert small.cost["lightning_outside_training_s"] == pytest.approx(
+        sum(f.fit_wall_s - f.wall_s for f in result.fits[:9]))
+    assert small.table().count("\n| search |") == 9
 
 
 def test_a_state_from_other_settings_is_refused(searched) -> None:

@@ -8,14 +8,16 @@ algorithms taking part in the event, in your list's order. (The engine orders, a
 only those that match at that moment; the default passes keep their relative order, so this is
 the order you will see in the traces.)
 
-Known conflicts it warns about:
+Known conflicts it warns about, found by the capabilities the algorithms declare (see
+:class:`~composer_bridge.core.algorithm.Algorithm`), never by class name:
 
-- several algorithms interpolate the loss (MixUp and CutMix: the mixing compounds);
-- a data augmentation (``augments_data = True``) runs before SelectiveBackprop (or any algorithm
-  with ``runs_first = True``) at an event (SelectiveBackprop should rank the clean examples);
-- a model-surgery algorithm runs after ChannelsLast at ``INIT`` (the layers it creates are not
-  converted to channels-last);
-- two weight-averaging algorithms (EMA and SWA) both keep averaged weights;
+- several algorithms interpolate the loss (``interpolates_loss``: MixUp and CutMix; the sentence
+  is :func:`~composer_bridge.core.passes.loss_interpolation_conflict`'s);
+- a data augmentation (``augments_data``) runs before a ``runs_first`` algorithm (SelectiveBackprop,
+  which should rank the clean examples) at an event;
+- a model-surgery algorithm runs after one that ``converts_memory_format`` (ChannelsLast) at
+  ``INIT`` (the layers it creates keep the default memory format);
+- two algorithms that ``averages_weights`` (EMA and SWA) both keep averaged weights;
 - a pass warned while ordering.
 
 Example:
@@ -41,14 +43,18 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from composer_bridge.core.algorithm import declaring
 from composer_bridge.core.event import Event
-from composer_bridge.core.passes import DEFAULT_PASSES, MultipleLossInterpolationWarning
+from composer_bridge.core.passes import (
+    DEFAULT_PASSES,
+    MultipleLossInterpolationWarning,
+    loss_interpolation_conflict,
+)
 from composer_bridge.core.time import TimeUnit
 from composer_bridge.core.trace import algorithm_labels
 
 __all__ = ["Plan", "make_plan"]
 
-_WEIGHT_AVERAGING = ("EMA", "SWA")
 _PROBE_FRACTIONS = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
 
 
@@ -131,24 +137,17 @@ def _run_passes(passes: Sequence[Any], algorithms: list[Any], event: Event, pass
     return ordered
 
 
-def _augments(algorithm: Any) -> bool:
-    return bool(getattr(algorithm, "augments_data", False))
-
-
 def _conflicts(algorithms: Sequence[Any], orders: Mapping[Event, list[Any]]) -> list[str]:
     found = []
-    mixing = [type(a).__name__ for a in algorithms if getattr(a, "interpolates_loss", False)]
-    if len(mixing) > 1:
-        found.append(
-            f"{' and '.join(mixing)} all interpolate the loss: their mixing compounds and the targets no longer "
-            "match the inputs. Keep one of them (or turn off loss interpolation in all but one)."
-        )
+    mixing = loss_interpolation_conflict(algorithms)
+    if mixing is not None:
+        found.append(mixing)
     for event, ordered in orders.items():
         # An algorithm that must run first (SelectiveBackprop: it ranks the clean examples) after an augmentation.
         for position, first in enumerate(ordered):
             if not getattr(first, "runs_first", False):
                 continue
-            before = [type(a).__name__ for a in ordered[:position] if _augments(a)]
+            before = [type(a).__name__ for a in declaring(ordered[:position], "augments_data")]
             if before:
                 name = type(first).__name__
                 found.append(
@@ -156,16 +155,19 @@ def _conflicts(algorithms: Sequence[Any], orders: Mapping[Event, list[Any]]) -> 
                     f"{name}, which then sees augmented examples instead of the clean ones. Remove the "
                     f"pass that moves them ahead of it, or list {name} first."
                 )
-    init = [type(a).__name__ for a in orders.get(Event.INIT, [])]
-    if "ChannelsLast" in init:
-        after = [a for a in orders[Event.INIT][init.index("ChannelsLast") + 1 :] if _is_surgery(a)]
+    init = orders.get(Event.INIT, [])
+    for position, converter in enumerate(init):
+        if not getattr(converter, "converts_memory_format", False):
+            continue
+        after = [a for a in init[position + 1 :] if _is_surgery(a)]
         if after:
             names = ", ".join(type(a).__name__ for a in after)
+            first = type(converter).__name__
             found.append(
-                f"{names} change{'s' if len(after) == 1 else ''} the model after ChannelsLast at INIT: the layers "
-                "created then stay in the default memory format. List ChannelsLast after the surgery algorithms."
+                f"{names} change{'s' if len(after) == 1 else ''} the model after {first} at INIT: the layers "
+                f"created then stay in the default memory format. List {first} after the surgery algorithms."
             )
-    averaging = [n for n in _WEIGHT_AVERAGING if any(type(a).__name__ == n for a in algorithms)]
+    averaging = [type(a).__name__ for a in declaring(algorithms, "averages_weights")]
     if len(averaging) > 1:
         found.append(
             f"{' and '.join(averaging)} both keep averaged weights and each swaps its own into the model; keep one."

@@ -12,10 +12,12 @@ Example:
     >>> import torch
     >>> from composer_bridge.core.state import State
     >>> state = State(torch.nn.Linear(1, 1))
-    >>> clock = StepClock()
+    >>> clock = StepClock(state)
     >>> clock.start_fit(global_step=0)
     >>> clock.end_micro_batch(state, samples=4, global_step=0)  # accumulating: no step yet
     0
+    >>> state.microbatch_index  # the clock keeps it equal to clock.micro
+    1
     >>> clock.end_micro_batch(state, samples=4, global_step=2)  # two optimizers stepped
     2
     >>> state.timestamp.batch.value, state.timestamp.sample.value
@@ -39,11 +41,15 @@ class StepClock:
     ``state.timestamp``'s ``*_wct``), so an idle bridge never reads the clock and leaves those
     fields at zero. While timing, it reads the clock once per optimizer step, at each epoch's
     start, and twice around each evaluation inside an epoch.
+
+    Args:
+        state: the run's state; its ``microbatch_index`` is kept equal to :attr:`micro` (written
+            here only).
     """
 
-    def __init__(self) -> None:
-        #: micro-batches finished in the current optimizer step
-        self.micro = 0
+    def __init__(self, state: State | None = None) -> None:
+        self._state = state
+        self._micro = 0
         self._samples = 0
         #: the samples the data hook saw for the micro-batch in flight (``None``: not seen)
         self.loaded_samples: int | None = None
@@ -54,6 +60,17 @@ class StepClock:
         self._eval_started_at: float | None = None
         #: the Lightning epoch whose EPOCH_START fired last (``None``: none in this fit yet)
         self.started_epoch: int | None = None
+
+    @property
+    def micro(self) -> int:
+        """Micro-batches finished in the current optimizer step (``state.microbatch_index``)."""
+        return self._micro
+
+    @micro.setter
+    def micro(self, value: int) -> None:
+        self._micro = value
+        if self._state is not None:
+            self._state.microbatch_index = value
 
     def start_fit(self, global_step: int) -> None:
         """The loop (re)starts at Lightning's ``global_step`` (restored when resuming)."""
@@ -121,7 +138,6 @@ class StepClock:
         steps = int(global_step) - self._global_step
         if steps <= 0:
             self.micro += 1
-            state.microbatch_index = self.micro
             return 0
         self._global_step = int(global_step)
         # As in Composer, a batch's wall-clock runs from the end of the previous one (data loading
@@ -136,7 +152,6 @@ class StepClock:
             self._batch_started_at = None
         state.count_batch(self._samples, seconds, batches=steps)
         self.reset_step()
-        state.microbatch_index = 0
         return steps
 
     def start_eval(self) -> None:

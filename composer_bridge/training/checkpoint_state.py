@@ -21,9 +21,8 @@ import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-import torch
-
 from composer_bridge.core.algorithm import Algorithm
+from composer_bridge.core.checkpoint_layout import FORMAT
 from composer_bridge.core.time import Time
 
 __all__ = [
@@ -40,7 +39,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-FORMAT = "composer_bridge/1"
 _PLAIN = (int, float, str, bool, type(None))
 
 
@@ -97,19 +95,18 @@ def algorithm_entry(algorithm: Algorithm) -> dict[str, Any]:
     }
 
 
-def check_bridge_state(state: Any, checkpoint_path: str | None = None) -> dict[str, Any]:
+def check_bridge_state(state: Any) -> dict[str, Any]:
     """Validate the bridge's entry of a checkpoint and return it; raise :class:`CheckpointStateError` if unusable."""
-    where = f" in {checkpoint_path}" if checkpoint_path else ""
     if not isinstance(state, Mapping):
         raise CheckpointStateError(
-            f"The composer_bridge state{where} is a {type(state).__name__}, not a dict: the checkpoint is corrupted "
+            f"The composer_bridge state is a {type(state).__name__}, not a dict: the checkpoint is corrupted "
             "or was not written by AlgorithmEngineCallback. Resume from another checkpoint, or load only the "
             "weights (model.load_state_dict) and start a new run."
         )
     found = state.get("format")
     if found != FORMAT:
         raise CheckpointStateError(
-            f"The composer_bridge state{where} has format {found!r}, but this version ({FORMAT}) reads only "
+            f"The composer_bridge state has format {found!r}, but this version ({FORMAT}) reads only "
             f"{FORMAT!r}: it was written by another version of composer_bridge. Install the version that "
             "wrote it to resume, or load only the weights and start a new run."
         )
@@ -128,7 +125,7 @@ def check_bridge_state(state: Any, checkpoint_path: str | None = None) -> dict[s
         problems.append("'seed' must be an int")
     if problems:
         raise CheckpointStateError(
-            f"The composer_bridge state{where} is corrupted: {'; '.join(problems)}. "
+            f"The composer_bridge state is corrupted: {'; '.join(problems)}. "
             "Resume from an earlier checkpoint, or load only the weights and start a new run."
         )
     return dict(state)
@@ -188,17 +185,6 @@ def rebuild_algorithm(entry: Mapping[str, Any], known: Mapping[str, type]) -> Al
             f"Could not rebuild {name} from the checkpoint's arguments {dict(hparams)}: {error}. "
             f"Add {name}(...) to the run's algorithms yourself."
         ) from error
-
-
-def tensors_to_cpu(value: Any) -> Any:
-    """A copy of ``value`` with every tensor detached and on the CPU (checkpoints load anywhere)."""
-    if isinstance(value, torch.Tensor):
-        return value.detach().to("cpu", copy=True)
-    if isinstance(value, dict):
-        return {k: tensors_to_cpu(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(tensors_to_cpu(v) for v in value)
-    return value
 
 
 class BridgeCheckpoint:

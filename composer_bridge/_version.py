@@ -1,0 +1,8 @@
+"""The package version, in a module of its own so that any layer can read it without importing the package root.
+
+Example:
+    >>> __version__.count(".")
+    2
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,158 @@
+"""The module-facing step API: what a LightningModule calls into the bridge while one is attached.
+
+Lightning gives callbacks no hook inside ``training_step``, around the batch transfer or before
+a checkpoint's weights load, and Composer's events live there. Two kinds of caller reach the
+bridge from inside the module instead:
+
+- :class:`~composer_bridge.ComposerModule`'s steps call :meth:`ModuleSteps.train_step`,
+  :meth:`~ModuleSteps.eval_forward` and :meth:`~ModuleSteps.predict_forward`;
+- the hooks the bridge installs on a module (:mod:`~composer_bridge.lightning.module_hooks`) call
+  :meth:`~ModuleSteps.after_batch_transfer`, :meth:`~ModuleSteps.before_checkpoint_load` and
+  :meth:`~ModuleSteps.fire_event`, and read :attr:`~ModuleSteps.listening` and :attr:`~ModuleSteps.state`.
+
+Every event fired here comes from :data:`~composer_bridge.lightning.hook_map.HOOK_EVENTS`. The
+run (:class:`~composer_bridge.lightning.run.BridgeRun`) implements this API; the module holds it
+weakly (:func:`~composer_bridge.lightning.module.attach_bridge`), so a run that is dropped leaves
+the module training as a plain LightningModule.
+
+Example:
+    >>> import torch
+    >>> from composer_bridge.core import Engine, Event, State
+    >>> from composer_bridge.training.step_clock import StepClock
+    >>> class Steps(ModuleSteps):  # the smallest run: a state, a clock and an engine to fire into
+    ...     def __init__(self, state):
+    ...         self.state, self.clock, self.listening = state, StepClock(), True
+    ...         self._fire_event = Engine(state).fire
+    >>> model = torch.nn.Linear(2, 1)
+    >>> steps = Steps(State(model))
+    >>> class Module(torch.nn.Module):
+    ...     def forward(self, batch):
+    ...         return model(batch[0])
+    ...     def loss(self, outputs, batch):
+    ...         return ((outputs - batch[1]) ** 2).mean()
+    >>> batch, outputs, loss = steps.train_step(Module(), (torch.ones(4, 2), torch.zeros(4, 1)))
+    >>> outputs.shape, loss.ndim
+    (torch.Size([4, 1]), 0)
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from composer_bridge.core.event import Event
+from composer_bridge.core.state import State
+from composer_bridge.lightning.hook_map import HOOK_EVENTS
+from composer_bridge.lightning.module import _batch_size
+from composer_bridge.training.step_clock import StepClock
+
+__all__ = ["RENAMED_STEPS", "ModuleSteps", "renamed_step"]
+
+_TRAIN_STEP_EVENTS = HOOK_EVENTS["training_step"]
+
+
+class ModuleSteps:
+    """The calls a module makes into the bridge during a step; each fires the events of one table row.
+
+    A subclass provides ``state``, ``clock``, ``listening`` and ``_fire_event`` (the engine's
+    ``fire``, once there is an engine), and implements :meth:`before_checkpoint_load`.
+    """
+
+    #: the run's state (``None`` before setup)
+    state: State | None
+    #: micro-batches and steps of the training loop
+    clock: StepClock
+    #: whether anything listens (while not, the per-step events are not fired)
+    listening: bool
+    _fire_event: Callable[[Event], Any]
+
+    def fire_event(self, event: Event) -> None:
+        """Run ``event`` through the engine, discarding its traces."""
+        self._fire_event(event)
+
+    def fire_hook(self, hook: str) -> None:
+        """Fire the events :data:`~composer_bridge.lightning.hook_map.HOOK_EVENTS` lists for ``hook``, in order."""
+        fire = self._fire_event
+        for event in HOOK_EVENTS[hook]:
+            fire(event)
+
+    def train_step(self, module: Any, batch: Any) -> tuple[Any, Any, torch.Tensor]:
+        """Forward and loss of one training micro-batch with their events; returns ``(batch, outputs, loss)``.
+
+        ``module`` has Composer's ``forward(batch)`` and ``loss(outputs, batch)``; algorithms may
+        replace the batch, the outputs and the loss between them.
+        """
+        state = self.state
+        assert state is not None
+        fire = self._fire_event
+        before_forward, after_forward, before_loss, after_loss, before_backward = _TRAIN_STEP_EVENTS
+        state.batch = batch
+        fire(before_forward)
+        state.outputs = module(state.batch)
+        fire(after_forward)
+        fire(before_loss)
+        state.loss = module.loss(state.outputs, state.batch)
+        fire(after_loss)
+        fire(before_backward)
+        return state.batch, state.outputs, state.loss
+
+    def eval_forward(self, module: Any, batch: Any) -> Any:
+        """The evaluation forward pass (``module.eval_forward``), between its events."""
+        return self._forward_between(module, batch, "validation_step")
+
+    def predict_forward(self, module: Any, batch: Any) -> Any:
+        """The prediction forward pass (``module.eval_forward``), between its events."""
+        return self._forward_between(module, batch, "predict_step")
+
+    def _forward_between(self, module: Any, batch: Any, hook: str) -> Any:
+        state = self.state
+        assert state is not None
+        before, after = HOOK_EVENTS[hook]
+        state.batch = batch
+        self._fire_event(before)
+        state.outputs = module.eval_forward(state.batch)
+        self._fire_event(after)
+        return state.outputs
+
+    def after_batch_transfer(self, batch: Any) -> Any:
+        """The module's ``on_after_batch_transfer`` in training: AFTER_DATALOADER may replace the batch."""
+        state = self.state
+        assert state is not None
+        state.batch = batch
+        self.clock.loaded_samples = _batch_size(batch) or 0  # as loaded, before AFTER_DATALOADER (Composer's count)
+        if self.listening:
+            self.fire_hook("on_after_batch_transfer")
+        return state.batch
+
+    def before_checkpoint_load(self, checkpoint: dict[str, Any]) -> None:
+        """The module's ``on_load_checkpoint``, before the weights load: BEFORE_LOAD, then check the checkpoint fits."""
+        raise NotImplementedError
+
+
+#: The step methods the module used to call on the callback (deprecated there), and their names here.
+RENAMED_STEPS = {
+    "composer_train_step": "train_step",
+    "composer_eval_forward": "eval_forward",
+    "composer_predict_forward": "predict_forward",
+    "after_dataloader": "after_batch_transfer",
+    "before_load": "before_checkpoint_load",
+}
+
+
+def renamed_step(old: str, new: str) -> Any:
+    """The callback's deprecated method ``old``: warns, then calls ``new`` on the run in progress."""
+    def step(self: Any, *args: Any) -> Any:
+        warnings.warn(
+            f"AlgorithmEngineCallback.{old} is deprecated: the module's step calls go to the run in progress; "
+            f"call callback.steps.{new}(...) instead.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(self._run, new)(*args)
+
+    step.__name__ = old
+    step.__doc__ = f"Deprecated: use ``callback.steps.{new}``."
+    return step
