@@ -295,10 +295,10 @@ def main(argv: list[str] | None = None) -> int:
         "finished_in_every_mode": len(set(base).intersection(*results.values())),
         "plain_outcomes": _count(base.values()),
     }
-    print(json.dumps(summary, indent=1))
     status = 0
     for mode, report in reports.items():
         summary[mode] = {key: len(value) for key, value in report.items()}
+        summary[f"{mode}_by_folder"] = _by_folder(report)
         print(f"\n== {mode}: same {len(report['same'])}, artefacts {len(report['artefact'])}, "
               f"different {len(report['different'])}, not reached {len(report['not_reached'])}")  # fmt: skip
         for test_id in report["artefact"]:
@@ -306,9 +306,20 @@ def main(argv: list[str] | None = None) -> int:
         for test_id in report["different"]:
             print(f"  DIFFERENT {test_id}: {base[test_id]} -> {results[mode][test_id]}")
             status = 1
+    print(json.dumps(summary, indent=1))
     (out / "summary.json").write_text(json.dumps({**summary, "reports": reports}, indent=1))
     print(f"\njunit files, logs and summary.json in {out}")
     return status
+
+
+def _by_folder(report: dict[str, list[str]]) -> dict[str, dict[str, int]]:
+    """``{folder: {same: n, artefact: n, ...}}``: a report's counts per folder of ``tests_pytorch``."""
+    folders: dict[str, dict[str, int]] = {}
+    for key, test_ids in report.items():
+        for test_id in test_ids:
+            counts = folders.setdefault(test_id.split("/", 1)[0], {})
+            counts[key] = counts.get(key, 0) + 1
+    return folders
 
 
 def _count(values: object) -> dict[str, int]:
