@@ -7,10 +7,9 @@ from typing import Any
 
 import pytest
 import torch
-from lightning.pytorch.callbacks import BackboneFinetuning
-from support import image_loader, quiet_trainer, tiny_classifier
+from support import ComposerClassifier, L, image_loader, quiet_trainer, tiny_classifier
 
-from composer_bridge import Algorithm, AlgorithmEngineCallback, ComposerClassifier, Event
+from composer_bridge import Algorithm, AlgorithmEngineCallback, Event
 from composer_bridge import algorithms as library
 
 
@@ -18,7 +17,7 @@ def test_a_new_model_drops_the_conflicts_found_for_the_previous_one() -> None:
     bridge = AlgorithmEngineCallback([library.LayerFreezing()])
     first = tiny_classifier()
     first.backbone = first.module  # BackboneFinetuning's convention
-    trainer = quiet_trainer(max_steps=1, callbacks=[bridge, BackboneFinetuning(unfreeze_backbone_at_epoch=5)])
+    trainer = quiet_trainer(max_steps=1, callbacks=[bridge, L.callbacks.BackboneFinetuning(unfreeze_backbone_at_epoch=5)])
     with pytest.warns(UserWarning, match="both set requires_grad"):
         trainer.fit(first, image_loader(n=32))
     assert any("BackboneFinetuning" in w for w in bridge.plan().warnings)
