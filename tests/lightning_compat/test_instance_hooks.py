@@ -13,10 +13,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import lightning as L
 import pytest
 import torch
-from support import quiet_trainer
+from support import L, quiet_trainer
 from torch.utils.data import DataLoader, TensorDataset
 
 from composer_bridge import AlgorithmEngineCallback, Callback
