@@ -28,15 +28,7 @@ def digits_datasets(test_fraction: float = 0.2, seed: int = 0) -> tuple[TensorDa
     """
     if not 0.0 < test_fraction < 1.0:
         raise ValueError(f"test_fraction={test_fraction!r} must be between 0 and 1 (exclusive).")
-    try:
-        from sklearn.datasets import load_digits
-    except ImportError as error:  # pragma: no cover - depends on the environment
-        raise ImportError(
-            "The digits data ships with scikit-learn: pip install scikit-learn (or composer-bridge[demo])."
-        ) from error
-    digits = load_digits()
-    images = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1)
-    labels = torch.tensor(digits.target, dtype=torch.long)
+    images, labels = _digits_tensors()
     order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(seed))
     n_test = int(round(len(labels) * test_fraction))
     test_idx, train_idx = order[:n_test], order[n_test:]
@@ -92,15 +84,8 @@ def cluttered_digits_datasets(
             raise ValueError(f"cluttered_digits_datasets({name}={value!r}): expected an int >= {low}.")
     if noise < 0 or max_rotation < 0:
         raise ValueError(f"cluttered_digits_datasets(noise={noise!r}, max_rotation={max_rotation!r}): expected values >= 0.")
-    try:
-        from sklearn.datasets import load_digits
-    except ImportError as error:  # pragma: no cover - depends on the environment
-        raise ImportError(
-            "The digits data ships with scikit-learn: pip install scikit-learn (or composer-bridge[demo])."
-        ) from error
-    digits = load_digits()
-    images = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1) / 16.0
-    labels = torch.tensor(digits.target, dtype=torch.long)
+    images, labels = _digits_tensors()
+    images = images / 16.0
     generator = torch.Generator().manual_seed(seed)
     order = torch.randperm(len(labels), generator=generator)
     train_idx = torch.cat([order[labels[order] == c][:train_per_class] for c in range(10)])
@@ -172,3 +157,15 @@ def cluttered_digits_loaders(
 @functools.lru_cache(maxsize=2)
 def _cached_cluttered(items: tuple[tuple[str, object], ...]) -> tuple[TensorDataset, TensorDataset]:
     return cluttered_digits_datasets(**dict(items))  # type: ignore[arg-type]
+
+
+def _digits_tensors() -> tuple[torch.Tensor, torch.Tensor]:
+    """scikit-learn's 8x8 digits as ``(N, 1, 8, 8)`` float images (pixel values 0-16) and int64 labels."""
+    try:
+        from sklearn.datasets import load_digits
+    except ImportError as error:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            "The digits data ships with scikit-learn: pip install scikit-learn (or composer-bridge[demo])."
+        ) from error
+    digits = load_digits()
+    return torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1), torch.tensor(digits.target, dtype=torch.long)
