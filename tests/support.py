@@ -135,7 +135,10 @@ def run_ddp_script(body: str, tmp_path: Path, timeout: float = 240) -> subproces
     returns the completed process (stdout/stderr captured). Lightning launches the second rank.
     """
     script = tmp_path / "ddp_script.py"
-    script.write_text(textwrap.dedent(body))
+    # the process group is closed before exit: left to interpreter shutdown, gloo's threads can abort
+    # the process ("terminate called without an active exception", seen under load)
+    tail = "\nimport torch.distributed\nif torch.distributed.is_initialized():\n    torch.distributed.destroy_process_group()\n"
+    script.write_text(textwrap.dedent(body) + tail)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "tests"), env.get("PYTHONPATH", "")])
     env.setdefault("WANDB_MODE", "offline")

@@ -76,14 +76,12 @@ def data_hook_owner(hook: str, module: L.LightningModule, datamodule: L.Lightnin
 
     Assumption: with a DataModule, Lightning's ``_DataHookSelector.get_instance`` calls the
     DataModule's hook when ``is_overridden(hook, datamodule)``, else the module's (and warns when
-    only the module overrides it). So: the DataModule when it overrides the hook; the module when
-    only the module does; the DataModule when neither does (its default hook is the identity, and
-    Lightning does not warn). Must be asked *before* the bridge patches either object, since an
-    instance attribute makes a hook look overridden.
+    only the module overrides it). So: the DataModule when it overrides the hook, else the module.
+    Must be asked *before* the bridge patches either object; the bridge's patch is transparent to
+    ``is_overridden`` (see :class:`~composer_bridge.lightning.module_patches.ModulePatches`), so
+    Lightning's choice, and its warnings, stay what they were.
     """
-    if datamodule is None:
-        return module
-    if _overrides(hook, datamodule) or not _overrides(hook, module):
+    if datamodule is not None and _overrides(hook, datamodule):
         return datamodule
     return module
 

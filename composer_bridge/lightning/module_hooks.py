@@ -110,9 +110,8 @@ class ModuleHooks:
                 return batch
             return bridge.after_batch_transfer(batch)
 
-        # not transparent: where neither object overrides a hook, Lightning must take the owner's patched one
-        before_patches.set("on_before_batch_transfer", on_before_batch_transfer, transparent=False)
-        after_patches.set("on_after_batch_transfer", on_after_batch_transfer, transparent=False)
+        before_patches.set("on_before_batch_transfer", on_before_batch_transfer)
+        after_patches.set("on_after_batch_transfer", on_after_batch_transfer)
 
     def _install_backward(self) -> None:
         bridge = self._bridge

@@ -46,15 +46,14 @@ class ModulePatches:
         self._saved: dict[str, Any] = {}
         self._installed: dict[str, Any] = {}
 
-    def set(self, name: str, value: Callable[..., Any], transparent: bool = True) -> None:
+    def set(self, name: str, value: Callable[..., Any]) -> None:
         """Install ``value`` as the instance attribute ``name``.
 
         What is installed calls ``value`` while the patch is in place and, once removed, what was
         there before: a user's wrapper that captured the bridge's hook during the run (and so
-        outlives :meth:`remove`) keeps working without the bridge. With ``transparent`` Lightning
-        sees the original through it (its signature, and whether it overrides the class's hook);
-        without, the installed hook counts as an override of its own (for a hook Lightning must
-        call on this object although the user did not override it).
+        outlives :meth:`remove`) keeps working without the bridge. Lightning sees the original
+        through it: its signature, and whether it overrides the class's hook (so Lightning picks
+        the same object's hook and gives the same warnings as without the bridge).
         """
         original = self.original(name)
         if name not in self._saved:
@@ -65,9 +64,10 @@ class ModulePatches:
             return (value if name in installed else original)(*args, **kwargs)
 
         # Lightning reads a hook's signature (does training_step take batch_idx, dataloader_iter?) and
-        # asks is_overridden; both look through __wrapped__, so they see what they would see unpatched.
-        if transparent:
-            hook.__wrapped__ = original  # type: ignore[attr-defined]
+        # asks is_overridden. inspect.signature follows __wrapped__ to its end; is_overridden unwraps one
+        # level only, so the hook carries the original's own __wrapped__ where it has one (a user's
+        # functools.wraps or partial wrapper): both then see exactly what they would see unpatched.
+        hook.__wrapped__ = getattr(original, "__wrapped__", original)  # type: ignore[attr-defined]
         self.module.__dict__[name] = hook
         installed[name] = hook
 

@@ -9,6 +9,7 @@ instance must be left as the user left it.
 from __future__ import annotations
 
 import functools
+import warnings
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -193,3 +194,65 @@ def test_lightning_reads_the_signature_of_the_users_step_through_the_bridges_hoo
     trainer = quiet_trainer(max_steps=2, callbacks=bridges(kind))
     trainer.fit(model, loader())
     assert trainer.global_step == 2
+
+
+# --- the DataModule's batch-transfer hooks -------------------------------------------------------
+DATA_HOOKS = ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer")
+
+
+class Data(L.LightningDataModule):
+    def train_dataloader(self) -> DataLoader:
+        return loader()
+
+    def val_dataloader(self) -> DataLoader:
+        return loader()
+
+
+class DataWithHooks(Data):
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        return batch
+
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        return batch
+
+
+def record_on_instance(obj: Any, calls: list[str], prefix: str) -> None:
+    """Lightning's own test idiom: every hook replaced on the instance by a recording ``functools.partial``."""
+
+    def call(name: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append(f"{prefix}.{name}")
+        return fn(*args, **kwargs)
+
+    for name in DATA_HOOKS:
+        inner = getattr(obj, name)
+        setattr(obj, name, functools.update_wrapper(functools.partial(call, name, inner), inner))
+
+
+def data_hook_calls(kind: str, datamodule_overrides: bool, module_overrides: bool) -> tuple[list[str], list[str]]:
+    """Which object's batch-transfer hooks Lightning calls, in order, and the warnings it gives."""
+    calls: list[str] = []
+    model: L.LightningModule = Plain()
+    if module_overrides:
+        model.__class__ = type("PlainWithHooks", (Plain,), {n: DataWithHooks.__dict__[n] for n in DATA_HOOKS if n in DataWithHooks.__dict__})
+    data = DataWithHooks() if datamodule_overrides else Data()
+    record_on_instance(model, calls, "module")
+    record_on_instance(data, calls, "datamodule")
+    L.trainer.connectors.data_connector.warning_cache.clear()  # Lightning warns once per message and process
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        quiet_trainer(limit_train_batches=2, limit_val_batches=1, callbacks=bridges(kind)).fit(model, datamodule=data)
+    hook_warnings = sorted({str(w.message) for w in caught if "batch_transfer" in str(w.message)})
+    return calls, hook_warnings
+
+
+@pytest.mark.parametrize("kind", ["idle", "listening"])
+@pytest.mark.parametrize("module_overrides", [False, True], ids=["module plain", "module hooks"])
+@pytest.mark.parametrize("datamodule_overrides", [False, True], ids=["datamodule plain", "datamodule hooks"])
+def test_the_datamodules_and_modules_transfer_hooks_are_called_as_without_the_bridge(
+    kind: str, datamodule_overrides: bool, module_overrides: bool
+) -> None:
+    """Lightning calls the DataModule's hook only where it overrides it; the bridge must not change whose (found by
+    Lightning's own hook test: a DataModule recording its hooks on the instance saw 12 extra calls)."""
+    expected = data_hook_calls("none", datamodule_overrides, module_overrides)
+    assert expected[0]  # the oracle recorded hook calls
+    assert data_hook_calls(kind, datamodule_overrides, module_overrides) == expected
