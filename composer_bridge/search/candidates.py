@@ -131,17 +131,22 @@ def applicability(candidate: Candidate, module: torch.nn.Module, batch: Any, tot
     """Why ``candidate`` cannot apply to ``module`` trained on batches like ``batch``, or ``None`` if it can.
 
     Checked without training: a surgery algorithm is run on a deep copy of the module and must
-    replace something; an algorithm that needs the loss events needs a
-    :class:`~composer_bridge.ComposerModule` (forward and loss apart); an image algorithm needs a
-    floating 4-D input as the batch's first item.
+    replace something; an algorithm that needs the loss events, on a plain module (not a
+    :class:`~composer_bridge.ComposerModule`), must pass the bridge's set-up check of what the
+    module shows (a criterion's options, manual optimization); an image algorithm needs a floating
+    4-D input as the batch's first item.
     """
-    from composer_bridge import ComposerModule, State
+    from composer_bridge import State
     from composer_bridge.algorithms import SurgeryAlgorithm
+    from composer_bridge.lightning.module import ComposerModuleMixin
+    from composer_bridge.lightning.plain_loss import check_plain_module
 
     algorithm = candidate.build(total_steps)
-    if getattr(algorithm, "needs_loss_events", False) and not isinstance(module, ComposerModule):
-        return (f"{candidate.label} acts between forward and loss, and {type(module).__name__} is not a "
-                "composer_bridge.ComposerModule (forward(batch) and loss(outputs, batch) apart)")
+    if getattr(algorithm, "needs_loss_events", False) and not isinstance(module, ComposerModuleMixin):
+        try:
+            check_plain_module([algorithm], module)
+        except ValueError as error:  # BridgeConfigurationError
+            return f"{candidate.label} cannot act on {type(module).__name__}'s loss: {error}"
     if candidate.algorithm in IMAGE_ALGORITHMS:
         inputs = batch[0] if isinstance(batch, (list, tuple)) else batch
         if not (isinstance(inputs, torch.Tensor) and inputs.is_floating_point() and inputs.dim() == 4):

@@ -16,9 +16,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import lightning as L
 import torch
+from lightning_fabric.utilities.seed import seed_everything
 
+from composer_bridge.lightning.package import package_of
 from composer_bridge.search.candidates import Candidate, applicability
 from composer_bridge.search.errors import BudgetWarning, CandidateWarning, SearchInputError
 from composer_bridge.search.trial import (
@@ -158,11 +159,12 @@ class Probe:
 def probe(make_module: Callable[..., Any], make_data: Callable[..., Any], monitor: str, steps: int, seed: int,
           trainer_kwargs: dict[str, Any]) -> Probe:
     """Build the module twice (they must be different objects), draw one batch and validate on one batch."""
-    L.seed_everything(seed, verbose=False)
+    seed_everything(seed, verbose=False)
     first = build_module(make_module, steps)
     second = build_module(make_module, steps)
-    if not isinstance(first, (L.LightningModule, torch.nn.Module)):
-        raise SearchInputError(f"make_module returned {type(first).__name__}; expected a LightningModule.")
+    if package_of(first) is None:
+        raise SearchInputError(f"make_module returned {type(first).__name__}; expected a LightningModule "
+                               "(of lightning or pytorch_lightning).")
     if first is second:
         raise SearchInputError(
             f"make_module returned the same {type(first).__name__} object twice: every fit must start from a fresh "
@@ -177,7 +179,7 @@ def probe(make_module: Callable[..., Any], make_data: Callable[..., Any], monito
     train, val = load_data(make_data, seed)
     batch = next(iter(train))
     kwargs = {**trainer_kwargs, "limit_val_batches": 1}
-    trainer = trainer_for(1, kwargs, [])
+    trainer = trainer_for(second, 1, kwargs, [])
     metrics = trainer.validate(second, dataloaders=val, verbose=False)[0]
     if monitor not in metrics:
         raise SearchInputError(

@@ -19,10 +19,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import lightning as L
 import torch
+from lightning_fabric.utilities.seed import seed_everything
 
 from composer_bridge import AlgorithmEngineCallback
+from composer_bridge.lightning.package import CALLBACK_BASES, LIGHTNING, package_of
 
 __all__ = ["CLOCKS", "FitRecord", "TrainingClock", "build_module", "load_data", "run_fit"]
 
@@ -52,8 +53,11 @@ class FitRecord:
     fit_wall_s: float = 0.0  #: the whole fit and validation, Lightning's set-up included
 
 
-class TrainingClock(L.Callback):
-    """Times training in three clocks: process CPU time, wall time (device synchronised) and optimizer steps."""
+class TrainingClock(*CALLBACK_BASES):  # type: ignore[misc]
+    """Times training in three clocks: process CPU time, wall time (device synchronised) and optimizer steps.
+
+    A callback of both Lightning packages, so either Trainer takes it.
+    """
 
     def __init__(self, clock: str) -> None:
         self.clock = clock
@@ -105,25 +109,27 @@ def load_data(make_data: Callable[..., Any], seed: int) -> tuple[Any, Any]:
                     "or a LightningDataModule with train_dataloader() and val_dataloader().")
 
 
-def trainer_for(steps: int, trainer_kwargs: dict[str, Any], callbacks: Sequence[Any]) -> L.Trainer:
-    """A Trainer with the user's settings, ``steps`` optimizer steps long, quiet, with ``callbacks``."""
+def trainer_for(module: Any, steps: int, trainer_kwargs: dict[str, Any], callbacks: Sequence[Any]) -> Any:
+    """A Trainer of the module's Lightning package (``lightning`` or ``pytorch_lightning``) with the user's
+    settings, ``steps`` optimizer steps long, quiet, with ``callbacks``."""
     kwargs = {"enable_progress_bar": False, "enable_model_summary": False, "num_sanity_val_steps": 0,
               **trainer_kwargs}
-    return L.Trainer(max_steps=steps, max_epochs=-1, logger=False, enable_checkpointing=False,
+    trainer_class = (package_of(module) or LIGHTNING).Trainer
+    return trainer_class(max_steps=steps, max_epochs=-1, logger=False, enable_checkpointing=False,
                      callbacks=list(callbacks), **kwargs)
 
 
 def run_fit(make_module: Callable[..., Any], make_data: Callable[..., Any], algorithms: list[Any], steps: int,
             seed: int, monitor: str, clock: str, trainer_kwargs: dict[str, Any]) -> tuple[float, TrainingClock, Any]:
     """Train a fresh module for ``steps`` steps with ``algorithms`` on ``seed``; return ``(quality, clock, module)``."""
-    L.seed_everything(seed, verbose=False)
+    seed_everything(seed, verbose=False)
     module = build_module(make_module, steps)
     train, val = load_data(make_data, seed)
     timer = TrainingClock(clock)
     callbacks: list[Any] = [timer]
     if algorithms:
         callbacks.append(AlgorithmEngineCallback(algorithms, seed=seed))
-    trainer = trainer_for(steps, trainer_kwargs, callbacks)
+    trainer = trainer_for(module, steps, trainer_kwargs, callbacks)
     trainer.fit(module, train)
     metrics = trainer.validate(module, dataloaders=val, verbose=False)[0]
     if monitor not in metrics:
