@@ -321,6 +321,9 @@ class AlgorithmEngineCallback(*CALLBACK_BASES):  # type: ignore[misc]
     def state_dict(self) -> dict[str, Any]:
         return self._run.checkpoint_entry(__version__)
 
+    def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
+        self._run.save_loss_record(checkpoint)
+
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._run.restore(state_dict)
 

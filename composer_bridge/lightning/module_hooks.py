@@ -136,17 +136,12 @@ class ModuleHooks:
         if bridge.state is not None and any(a.needs_loss_events for a in bridge.state.algorithms):
             self._plain_loss = plain = PlainLossStep(self.module, bridge, training_step)
             self._patches.set("training_step", plain.step)
-            on_save, on_load = self._patches.original("on_save_checkpoint"), self.module.on_load_checkpoint
-
-            def on_save_checkpoint(checkpoint: dict[str, Any]) -> Any:
-                plain.save_to(checkpoint)
-                return on_save(checkpoint)
+            on_load = self.module.on_load_checkpoint
 
             def on_load_checkpoint(checkpoint: dict[str, Any]) -> Any:
                 plain.load_from(checkpoint)
                 return on_load(checkpoint)
 
-            self._patches.set("on_save_checkpoint", on_save_checkpoint)
             self._patches.set("on_load_checkpoint", on_load_checkpoint)
         else:
             self._patches.set("training_step", _before_backward(training_step, bridge))
@@ -155,6 +150,10 @@ class ModuleHooks:
             if is_overridden(name, self.module):
                 before, after = HOOK_EVENTS[name]
                 self._patches.set(name, _bracket(self._patches.original(name), bridge, before, after))
+
+    def loss_record(self) -> dict[str, Any] | None:
+        """The loss a plain module's ``training_step`` was seen to compute (see :meth:`PlainLossStep.record`)."""
+        return self._plain_loss.record() if self._plain_loss is not None else None
 
     def remove(self) -> None:
         """Restore every patched object exactly."""

@@ -319,10 +319,10 @@ class PlainLossStep:
         if call is None:
             raise BridgeConfigurationError(
                 f"{_names(self._loss_users or self._needy)} needs {type(self.module).__name__}'s loss before its training_step has run once "
-                "(the bridge learns the loss function and its options from a step; a checkpoint written during fit "
-                "records them, one written after fit returned does not). Fix: start it after the first step "
+                "(the bridge learns the loss function and its options from a step, and a checkpoint written with "
+                "the bridge after a step records them). Fix: start it after the first step "
                 "(SelectiveBackprop(start='1ba') or later; the default is half-way through the run), or resume from a "
-                "checkpoint written during fit (ModelCheckpoint)."
+                "checkpoint the bridge wrote after a training step."
             )
         if self._several_calls:
             raise BridgeConfigurationError(
@@ -335,10 +335,11 @@ class PlainLossStep:
         return call(outputs, targets, reduction)
 
     # --- checkpoints: the loss learnt so far, so a resumed run can rank examples in its first step ---
-    def save_to(self, checkpoint: dict[str, Any]) -> None:
-        """Store the loss function and options seen so far in ``checkpoint`` (the module's hook)."""
-        if self._call is not None:
-            checkpoint[CHECKPOINT_KEY] = {"kind": self._call.kind, "options": dict(self._call.options)}
+    def record(self) -> dict[str, Any] | None:
+        """The loss function and options seen so far (plain data), for ``checkpoint[CHECKPOINT_KEY]``."""
+        if self._call is None:
+            return None
+        return {"kind": self._call.kind, "options": dict(self._call.options)}
 
     def load_from(self, checkpoint: dict[str, Any]) -> None:
         """Take the loss a checkpoint recorded, unless this run has seen one already."""

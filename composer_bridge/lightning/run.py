@@ -43,6 +43,7 @@ from composer_bridge.lightning.hook_map import HOOK_EVENTS
 from composer_bridge.lightning.module import ComposerModuleMixin, _batch_size, attach_bridge, detach_bridge
 from composer_bridge.lightning.module_hooks import ModuleHooks
 from composer_bridge.lightning.package import package_of
+from composer_bridge.lightning.plain_loss import CHECKPOINT_KEY as PLAIN_LOSS_KEY
 from composer_bridge.lightning.setup_checks import check_module, check_one_package, check_trainer
 from composer_bridge.lightning.steps import ModuleSteps
 from composer_bridge.lightning.traces import TraceReporting
@@ -79,6 +80,8 @@ class BridgeRun(ModuleSteps):
         self.trainer: L.Trainer | None = None
         self.clock = StepClock()
         self.hooks: ModuleHooks | None = None
+        #: the loss a plain module's training_step computed, kept after teardown for checkpoints saved then
+        self._loss_record: dict[str, Any] | None = None
         self.reporting = TraceReporting(bridge._trace_mode, bridge._trace_file)
         self._cost: dict[str, list[float]] = {}  # kept across the engines of this run (see cost)
         #: known conflicts with the Trainer found at setup, listed by ``plan()``
@@ -149,6 +152,13 @@ class BridgeRun(ModuleSteps):
             return dict(checkpoint.deferred or {})
         checkpoint.warn_if_step_open(self.step_open())
         return checkpoint.save(self.state, version)
+
+    def save_loss_record(self, checkpoint: dict[str, Any]) -> None:
+        """Write the loss a plain module's steps computed into ``checkpoint`` (during fit and after it), so a
+        run resumed from it can rank examples (SelectiveBackprop) before its first training_step."""
+        record = (self.hooks.loss_record() if self.hooks is not None else None) or self._loss_record
+        if record is not None:
+            checkpoint[PLAIN_LOSS_KEY] = record
 
     def restore(self, state_dict: dict[str, Any]) -> None:
         checkpoint = self.bridge._checkpoint
@@ -387,6 +397,7 @@ class BridgeRun(ModuleSteps):
     def remove_hooks(self) -> None:
         """Remove the hooks on the module and stop listening (a later setup installs them again)."""
         if self.hooks is not None:
+            self._loss_record = self.hooks.loss_record() or self._loss_record
             detach_bridge(self.hooks.module)
             self.hooks.remove()
             self.hooks = None

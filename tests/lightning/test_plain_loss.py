@@ -375,21 +375,29 @@ def test_selective_backprop_before_the_first_step_is_refused() -> None:
     assert torch.equal(model.net[0].weight, before)
 
 
-def test_a_resumed_plain_run_equals_the_uninterrupted_one(tmp_path: Any) -> None:
+@pytest.mark.parametrize("saved", ["during fit", "after fit"])
+def test_a_resumed_plain_run_equals_the_uninterrupted_one(saved: str, tmp_path: Any) -> None:
     def algorithms() -> list[Algorithm]:
         return [SelectiveBackprop(start="1ba", end=1.0, interrupt=2), LabelSmoothing(0.1), CutMix(1.0)]
 
     uninterrupted = Plain("criterion")
     quiet_trainer(max_epochs=2, callbacks=[AlgorithmEngineCallback(algorithms(), seed=7)]).fit(uninterrupted, loader())
 
-    # The checkpoint is written during fit (as ModelCheckpoint does): it records the loss the steps
-    # computed, so the resumed run's first step (a selective one) can rank its examples.
-    saving = ModelCheckpoint(dirpath=tmp_path, filename="epoch1", save_on_train_epoch_end=True)
-    quiet_trainer(max_epochs=1, enable_checkpointing=True,
-                  callbacks=[AlgorithmEngineCallback(algorithms(), seed=7), saving]).fit(Plain("criterion"), loader())
+    # The checkpoint records the loss the steps computed, so the resumed run's first step (a
+    # selective one) can rank its examples: written during fit, as ModelCheckpoint does, or after
+    # it, with trainer.save_checkpoint.
+    checkpoint = tmp_path / "epoch1.ckpt"
+    if saved == "during fit":
+        saving = ModelCheckpoint(dirpath=tmp_path, filename="epoch1", save_on_train_epoch_end=True)
+        quiet_trainer(max_epochs=1, enable_checkpointing=True,
+                      callbacks=[AlgorithmEngineCallback(algorithms(), seed=7), saving]).fit(Plain("criterion"), loader())
+    else:
+        first = quiet_trainer(max_epochs=1, callbacks=[AlgorithmEngineCallback(algorithms(), seed=7)])
+        first.fit(Plain("criterion"), loader())
+        first.save_checkpoint(checkpoint)
     resumed = Plain("criterion")
     quiet_trainer(max_epochs=2, callbacks=[AlgorithmEngineCallback(algorithms(), seed=7)]).fit(
-        resumed, loader(), ckpt_path=tmp_path / "epoch1.ckpt")
+        resumed, loader(), ckpt_path=checkpoint)
 
     assert torch.equal(torch.stack(resumed.backward_losses), torch.stack(uninterrupted.backward_losses[5:]))
     for (name, got), want in zip(resumed.state_dict().items(), uninterrupted.state_dict().values(), strict=True):
