@@ -11,26 +11,22 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-import lightning as L
 import pytest
 import torch
 import torch.nn.functional as F
 import torchmetrics
-from lightning.pytorch.callbacks import ModelCheckpoint
 from torch.utils.data import DataLoader, TensorDataset
 
 from composer_bridge import (
     Algorithm,
     AlgorithmEngineCallback,
-    ComposerClassifier,
-    ComposerModule,
     Event,
     State,
 )
 from composer_bridge.algorithms import CutMix, LabelSmoothing, MixUp, SelectiveBackprop
 from composer_bridge.core.algorithm import AlgorithmError
 from composer_bridge.lightning.setup_checks import BridgeConfigurationError
-from tests.support import image_dataset, quiet_trainer
+from tests.support import ComposerClassifier, ComposerModule, L, image_dataset, quiet_trainer
 
 CLASSES = 4
 
@@ -388,7 +384,7 @@ def test_a_resumed_plain_run_equals_the_uninterrupted_one(saved: str, tmp_path: 
     # it, with trainer.save_checkpoint.
     checkpoint = tmp_path / "epoch1.ckpt"
     if saved == "during fit":
-        saving = ModelCheckpoint(dirpath=tmp_path, filename="epoch1", save_on_train_epoch_end=True)
+        saving = L.callbacks.ModelCheckpoint(dirpath=tmp_path, filename="epoch1", save_on_train_epoch_end=True)
         quiet_trainer(max_epochs=1, enable_checkpointing=True,
                       callbacks=[AlgorithmEngineCallback(algorithms(), seed=7), saving]).fit(Plain("criterion"), loader())
     else:

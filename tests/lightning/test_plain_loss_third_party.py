@@ -5,15 +5,13 @@ with a message naming the algorithm, what was seen and the fix, before any weigh
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
-import lightning as L
 import pytest
 import torch
 import torch.nn.functional as F
 import torchmetrics
-from lightning.pytorch.demos import LightningTransformer
-from lightning.pytorch.demos.boring_classes import BoringModel, RandomDataset
 from torch.utils.data import DataLoader, TensorDataset
 
 from composer_bridge import AlgorithmEngineCallback
@@ -21,7 +19,12 @@ from composer_bridge.algorithms import EMA, CutMix, GradientClipping, LabelSmoot
 from composer_bridge.core.algorithm import AlgorithmError
 from composer_bridge.functional import smooth_labels
 from composer_bridge.lightning.setup_checks import BridgeConfigurationError
-from tests.support import image_dataset, quiet_trainer
+from tests.support import L, image_dataset, quiet_trainer
+
+# Lightning's own demo modules, from the package under test
+LightningTransformer = importlib.import_module(f"{L.__name__}.demos").LightningTransformer
+BoringModel = importlib.import_module(f"{L.__name__}.demos.boring_classes").BoringModel
+RandomDataset = importlib.import_module(f"{L.__name__}.demos.boring_classes").RandomDataset
 
 transformers = pytest.importorskip("transformers")
 
