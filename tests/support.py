@@ -139,6 +139,17 @@ def run_ddp_script(body: str, tmp_path: Path, timeout: float = 240) -> subproces
     # the process ("terminate called without an active exception", seen under load)
     tail = "\nimport torch.distributed\nif torch.distributed.is_initialized():\n    torch.distributed.destroy_process_group()\n"
     script.write_text(textwrap.dedent(body) + tail)
+    return run_ddp_file(script, [], tmp_path, timeout)
+
+
+def run_ddp_file(
+    script: Path, args: list[str], cwd: Path, timeout: float, extra_env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """Run the Python file ``script`` with ``args`` as rank 0 of a Lightning launch on this machine.
+
+    The repository and tests are on ``sys.path``; a free port, one thread per process, W&B offline;
+    no rank variables inherited from the calling process.
+    """
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "tests"), env.get("PYTHONPATH", "")])
     env.setdefault("WANDB_MODE", "offline")
@@ -147,8 +158,9 @@ def run_ddp_script(body: str, tmp_path: Path, timeout: float = 240) -> subproces
     env["MASTER_PORT"] = str(free_port())  # never inherit a port another test still holds
     for inherited in ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "GROUP_RANK", "RANK"):
         env.pop(inherited, None)
+    env.update(extra_env or {})
     return subprocess.run(
-        [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout
+        [sys.executable, str(script), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
     )
 
 

@@ -9,16 +9,13 @@ need no launch.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 import torch.distributed as dist
-from support import REPO, assert_same_state, free_port, wandb_run_records
+from support import assert_same_state, run_ddp_file, wandb_run_records
 
 from composer_bridge.algorithms import EMA, SWA, BlurPool
 from composer_bridge.algorithms._sharding import full_tensor, is_dtensor, like
@@ -53,14 +50,7 @@ REFUSED = ["ChannelsLast"]
 def runs(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     """Every rank's results (``[rank0, rank1]``) of one launch of ``fsdp_runs.py``."""
     out = tmp_path_factory.mktemp("fsdp2")
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "tests"), env.get("PYTHONPATH", "")])
-    env.update(OMP_NUM_THREADS="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WANDB_MODE="offline",
-               WANDB_SILENT="true")
-    for inherited in ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "GROUP_RANK", "RANK"):
-        env.pop(inherited, None)
-    result = subprocess.run([sys.executable, str(SCRIPT), str(out)], cwd=out, env=env, capture_output=True, text=True,
-                            timeout=840)
+    result = run_ddp_file(SCRIPT, [str(out)], out, timeout=840, extra_env={"WANDB_SILENT": "true"})
     if result.returncode != 0:
         pytest.fail(f"fsdp_runs.py exited with {result.returncode}:\n{result.stderr[-6000:]}")
     ranks = [torch.load(out / f"rank{r}.pt", weights_only=False) for r in (0, 1)]
