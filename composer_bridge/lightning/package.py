@@ -14,6 +14,11 @@ and takes every utility it needs from that :class:`LightningPackage` (``is_overr
 ``loggers.WandbLogger``, ...). Nothing else in ``composer_bridge`` imports a Lightning package by
 name at run time (``tests/lightning/test_both_packages.py`` checks the sources).
 
+Importing both packages has one side effect that must not reach the user: each sets, when
+imported, the logger of Lightning's rank-zero messages and the class of its deprecation warnings
+(shared through ``lightning_utilities``). This module puts them back to the package the user
+imported (see :meth:`LightningPackage.take_rank_zero_settings`).
+
 Example:
     >>> import pytorch_lightning as pl
     >>> trainer = pl.Trainer(logger=False, enable_progress_bar=False, enable_checkpointing=False)
@@ -27,6 +32,7 @@ Example:
 from __future__ import annotations
 
 import importlib
+import logging
 import sys
 from functools import cached_property
 from types import ModuleType
@@ -124,6 +130,21 @@ class LightningPackage:
         """``cli``: ``LightningCLI`` (needs ``jsonargparse``)."""
         return self._import("cli")
 
+    def take_rank_zero_settings(self) -> None:
+        """Point the rank-zero settings the two packages share at this package's own.
+
+        Assumption: both packages, when imported, set two module attributes of
+        ``lightning_utilities.core.rank_zero``: ``log`` (the logger their ``rank_zero_info``/``debug``
+        messages go to, ``<package>.utilities.rank_zero``) and ``rank_zero_deprecation_category`` (their
+        ``LightningDeprecationWarning``). The package imported last wins; this sets them as
+        importing this package last would.
+        """
+        from lightning_utilities.core import rank_zero as shared
+
+        own = self._import("utilities.rank_zero")
+        shared.log = logging.getLogger(own.__name__)
+        shared.rank_zero_deprecation_category = own.LightningDeprecationWarning
+
     def owns(self, obj: Any) -> bool:
         """Whether ``obj`` is this package's Trainer, LightningModule, LightningDataModule or Callback."""
         if not self.loaded:  # never imported: none of its objects exist (and importing it costs seconds)
@@ -135,9 +156,20 @@ LIGHTNING = LightningPackage("lightning.pytorch", "import lightning as L")
 PYTORCH_LIGHTNING = LightningPackage("pytorch_lightning", "import pytorch_lightning as pl")
 PACKAGES = (LIGHTNING, PYTORCH_LIGHTNING)
 
+#: The packages the user had imported before composer_bridge imported both (read by composer_bridge.pl).
+IMPORTED_BEFORE: tuple[LightningPackage, ...] = tuple(package for package in PACKAGES if package.loaded)
+
 #: The bases of :class:`~composer_bridge.AlgorithmEngineCallback`: it is a ``Callback`` of both
 #: packages, so either Trainer (and ``LightningCLI``'s ``callbacks: list[Callback]``) accepts it.
 CALLBACK_BASES: tuple[type, ...] = (LIGHTNING.Callback, PYTORCH_LIGHTNING.Callback)
+
+# Importing both took over the rank-zero settings the packages share (see take_rank_zero_settings):
+# they go back to the package the user had imported (the last one, if both: nothing was imported
+# then); with neither imported yet, to lightning's (composer_bridge.pl switches to pytorch_lightning's).
+if len(IMPORTED_BEFORE) == 1:
+    IMPORTED_BEFORE[0].take_rank_zero_settings()
+elif not IMPORTED_BEFORE:
+    LIGHTNING.take_rank_zero_settings()
 
 
 def package_of(obj: Any) -> LightningPackage | None:

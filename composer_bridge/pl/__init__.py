@@ -27,10 +27,15 @@ from typing import TYPE_CHECKING, Any
 
 from composer_bridge.lightning.callback import AlgorithmEngineCallback, BridgeConfigurationError
 from composer_bridge.lightning.module import ComposerClassifierMixin, ComposerModuleMixin, soft_cross_entropy
-from composer_bridge.lightning.package import PYTORCH_LIGHTNING
+from composer_bridge.lightning.package import IMPORTED_BEFORE, PYTORCH_LIGHTNING
 
 if TYPE_CHECKING:
     from composer_bridge.pl._hf import HuggingFaceModel
+
+if not IMPORTED_BEFORE:
+    # composer_bridge came first and imported both packages: this flavour means pytorch_lightning, whose
+    # rank-zero messages and deprecation warnings then stay its own (as if it had been imported last)
+    PYTORCH_LIGHTNING.take_rank_zero_settings()
 
 __all__ = [
     "AlgorithmEngineCallback",
