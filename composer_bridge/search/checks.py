@@ -17,9 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from lightning_fabric.utilities.seed import seed_everything
 
-from composer_bridge.lightning.package import package_of
+from composer_bridge.lightning.package import LIGHTNING, package_of
 from composer_bridge.search.candidates import Candidate, applicability
 from composer_bridge.search.errors import BudgetWarning, CandidateWarning, SearchInputError
 from composer_bridge.search.trial import (
@@ -159,7 +158,7 @@ class Probe:
 def probe(make_module: Callable[..., Any], make_data: Callable[..., Any], monitor: str, steps: int, seed: int,
           trainer_kwargs: dict[str, Any]) -> Probe:
     """Build the module twice (they must be different objects), draw one batch and validate on one batch."""
-    seed_everything(seed, verbose=False)
+    LIGHTNING.module.seed_everything(seed, verbose=False)  # the same function in both packages
     first = build_module(make_module, steps)
     second = build_module(make_module, steps)
     if package_of(first) is None:

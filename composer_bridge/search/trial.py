@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from lightning_fabric.utilities.seed import seed_everything
 
 from composer_bridge import AlgorithmEngineCallback
 from composer_bridge.lightning.package import CALLBACK_BASES, LIGHTNING, package_of
@@ -122,7 +121,7 @@ def trainer_for(module: Any, steps: int, trainer_kwargs: dict[str, Any], callbac
 def run_fit(make_module: Callable[..., Any], make_data: Callable[..., Any], algorithms: list[Any], steps: int,
             seed: int, monitor: str, clock: str, trainer_kwargs: dict[str, Any]) -> tuple[float, TrainingClock, Any]:
     """Train a fresh module for ``steps`` steps with ``algorithms`` on ``seed``; return ``(quality, clock, module)``."""
-    seed_everything(seed, verbose=False)
+    LIGHTNING.module.seed_everything(seed, verbose=False)  # the same function in both packages
     module = build_module(make_module, steps)
     train, val = load_data(make_data, seed)
     timer = TrainingClock(clock)
