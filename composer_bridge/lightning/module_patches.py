@@ -64,9 +64,9 @@ class ModulePatches:
             return (value if name in installed else original)(*args, **kwargs)
 
         # Lightning reads a hook's signature (does training_step take batch_idx, dataloader_iter?) and
-        # asks is_overridden. inspect.signature follows __wrapped__ to its end; is_overridden unwraps one
-        # level only, so the hook carries the original's own __wrapped__ where it has one (a user's
-        # functools.wraps or partial wrapper): both then see exactly what they would see unpatched.
+        # asks is_overridden; both unwrap __wrapped__ one level only, so the hook carries the original's
+        # own __wrapped__ where it has one (a user's functools.wraps decorator or partial, whose
+        # __wrapped__ a bound method passes on): both then see exactly what they would see unpatched.
         hook.__wrapped__ = getattr(original, "__wrapped__", original)  # type: ignore[attr-defined]
         self.module.__dict__[name] = hook
         installed[name] = hook

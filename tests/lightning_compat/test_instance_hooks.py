@@ -256,3 +256,31 @@ def test_the_datamodules_and_modules_transfer_hooks_are_called_as_without_the_br
     expected = data_hook_calls("none", datamodule_overrides, module_overrides)
     assert expected[0]  # the oracle recorded hook calls
     assert data_hook_calls(kind, datamodule_overrides, module_overrides) == expected
+
+
+def counted(step: Any) -> Any:
+    """A decorator as users write them (functools.wraps): the bound method then carries ``__wrapped__``."""
+
+    @functools.wraps(step)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        self.decorated_calls += 1
+        return step(self, *args, **kwargs)
+
+    return wrapper
+
+
+class DecoratedStepWithoutIndex(Plain):
+    """A decorated training_step without batch_idx: Lightning must read ``(batch)`` through the decorator."""
+
+    decorated_calls = 0
+
+    @counted
+    def training_step(self, batch: Any) -> torch.Tensor:  # type: ignore[override]
+        return super().training_step(batch, 0)
+
+
+@pytest.mark.parametrize("kind", ["none", "idle", "listening"])
+def test_a_decorated_step_is_read_and_called_as_without_the_bridge(kind: str) -> None:
+    model = DecoratedStepWithoutIndex()
+    quiet_trainer(max_steps=2, callbacks=bridges(kind)).fit(model, loader())
+    assert model.decorated_calls == 2
