@@ -324,6 +324,9 @@ class AlgorithmEngineCallback(*CALLBACK_BASES):  # type: ignore[misc]
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
         self._run.save_loss_record(checkpoint)
 
+    def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
+        self._run.load_loss_record(checkpoint)
+
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._run.restore(state_dict)
 

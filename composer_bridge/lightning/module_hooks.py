@@ -136,13 +136,6 @@ class ModuleHooks:
         if bridge.state is not None and any(a.needs_loss_events for a in bridge.state.algorithms):
             self._plain_loss = plain = PlainLossStep(self.module, bridge, training_step)
             self._patches.set("training_step", plain.step)
-            on_load = self.module.on_load_checkpoint
-
-            def on_load_checkpoint(checkpoint: dict[str, Any]) -> Any:
-                plain.load_from(checkpoint)
-                return on_load(checkpoint)
-
-            self._patches.set("on_load_checkpoint", on_load_checkpoint)
         else:
             self._patches.set("training_step", _before_backward(training_step, bridge))
         is_overridden = package_of(self.module).is_overridden  # the module's package: either refuses the other's
@@ -154,6 +147,11 @@ class ModuleHooks:
     def loss_record(self) -> dict[str, Any] | None:
         """The loss a plain module's ``training_step`` was seen to compute (see :meth:`PlainLossStep.record`)."""
         return self._plain_loss.record() if self._plain_loss is not None else None
+
+    def load_loss_record(self, checkpoint: dict[str, Any]) -> None:
+        """Take the loss record of ``checkpoint`` (see :meth:`PlainLossStep.load_from`), if a plain loss step runs."""
+        if self._plain_loss is not None:
+            self._plain_loss.load_from(checkpoint)
 
     def remove(self) -> None:
         """Restore every patched object exactly."""

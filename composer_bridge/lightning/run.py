@@ -153,12 +153,21 @@ class BridgeRun(ModuleSteps):
         checkpoint.warn_if_step_open(self.step_open())
         return checkpoint.save(self.state, version)
 
+    def _current_loss_record(self) -> dict[str, Any] | None:
+        live = self.hooks.loss_record() if self.hooks is not None else None
+        return live or self._loss_record
+
     def save_loss_record(self, checkpoint: dict[str, Any]) -> None:
         """Write the loss a plain module's steps computed into ``checkpoint`` (during fit and after it), so a
         run resumed from it can rank examples (SelectiveBackprop) before its first training_step."""
-        record = (self.hooks.loss_record() if self.hooks is not None else None) or self._loss_record
+        record = self._current_loss_record()
         if record is not None:
             checkpoint[PLAIN_LOSS_KEY] = record
+
+    def load_loss_record(self, checkpoint: dict[str, Any]) -> None:
+        """Give a checkpoint's loss record to the plain loss step (Lightning restores after setup, before training)."""
+        if self.hooks is not None:
+            self.hooks.load_loss_record(checkpoint)
 
     def restore(self, state_dict: dict[str, Any]) -> None:
         checkpoint = self.bridge._checkpoint
@@ -397,7 +406,7 @@ class BridgeRun(ModuleSteps):
     def remove_hooks(self) -> None:
         """Remove the hooks on the module and stop listening (a later setup installs them again)."""
         if self.hooks is not None:
-            self._loss_record = self.hooks.loss_record() or self._loss_record
+            self._loss_record = self._current_loss_record()
             detach_bridge(self.hooks.module)
             self.hooks.remove()
             self.hooks = None
