@@ -23,8 +23,8 @@ from tests.support import L, image_dataset, quiet_trainer
 
 # Lightning's own demo modules, from the package under test
 LightningTransformer = importlib.import_module(f"{L.__name__}.demos").LightningTransformer
-BoringModel = importlib.import_module(f"{L.__name__}.demos.boring_classes").BoringModel
-RandomDataset = importlib.import_module(f"{L.__name__}.demos.boring_classes").RandomDataset
+_boring_classes = importlib.import_module(f"{L.__name__}.demos.boring_classes")
+BoringModel, RandomDataset = _boring_classes.BoringModel, _boring_classes.RandomDataset
 
 transformers = pytest.importorskip("transformers")
 
