@@ -50,7 +50,7 @@ REFUSED = ["ChannelsLast"]
 def runs(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     """Every rank's results (``[rank0, rank1]``) of one launch of ``fsdp_runs.py``."""
     out = tmp_path_factory.mktemp("fsdp2")
-    result = run_ddp_file(SCRIPT, [str(out)], out, timeout=840, extra_env={"WANDB_SILENT": "true"})
+    result = run_ddp_file(SCRIPT, [str(out)], out, timeout=840, extra_env={"WANDB_MODE": "offline", "WANDB_SILENT": "true"})
     if result.returncode != 0:
         pytest.fail(f"fsdp_runs.py exited with {result.returncode}:\n{result.stderr[-6000:]}")
     ranks = [torch.load(out / f"rank{r}.pt", weights_only=False) for r in (0, 1)]
