@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import inspect
+import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +36,7 @@ from composer_bridge.algorithms._schedule import elapsed_fraction, fraction_of_r
 from composer_bridge.core.algorithm import Algorithm
 from composer_bridge.core.batch import BatchKey, set_batch_item
 from composer_bridge.core.event import Event
+from composer_bridge.core.loss_source import LossNotSeenYet
 from composer_bridge.core.time import Time, TimeUnit
 
 if TYPE_CHECKING:
@@ -266,6 +268,7 @@ target_key=1, loss_fn=None)
         self.input_key = input_key
         self.target_key = target_key
         self.loss_fn = loss_fn
+        self._told_unselected = False  # the warning for a step taken whole before the loss was known, given once
 
     def match(self, event: Event, state: State) -> bool:
         if event != Event.AFTER_DATALOADER or self.keep >= 1:
@@ -305,11 +308,17 @@ target_key=1, loss_fn=None)
                 return source.loss(outputs, targets, reduction="none")
             return self._per_example_loss(model, outputs, batch, targets)
 
-        with _autocast(state, input.device):
-            new_input, new_target = select_using_loss(
-                input, target, forward, per_example_loss, self.keep, self.scale_factor,
-                generator=state.generator(type(self).__name__, input.device),
-            )
+        try:
+            with _autocast(state, input.device):
+                new_input, new_target = select_using_loss(
+                    input, target, forward, per_example_loss, self.keep, self.scale_factor,
+                    generator=state.generator(type(self).__name__, input.device),
+                )
+        except LossNotSeenYet as error:  # a plain module before its first step: this step trains on the whole batch
+            if not self._told_unselected:
+                warnings.warn(f"SelectiveBackprop: {error} This step trains on the whole batch.", stacklevel=2)
+                self._told_unselected = True
+            return
         state.batch_set_item(self.input_key, new_input)
         state.batch_set_item(self.target_key, new_target)
 

@@ -59,7 +59,8 @@ from typing import Any
 
 import torch
 
-from composer_bridge.core.batch import BatchKey, get_batch_item
+from composer_bridge.core.batch import BatchKey, get_batch_item, set_batch_item
+from composer_bridge.core.loss_source import LossNotSeenYet
 from composer_bridge.lightning import loss_calls
 from composer_bridge.lightning.hook_map import HOOK_EVENTS
 from composer_bridge.lightning.setup_checks import BridgeConfigurationError
@@ -103,28 +104,30 @@ def _common_key(algorithms: Sequence[Any], attribute: str, default: BatchKey | N
     return keys[0][1] if keys else default
 
 
-def _refusal(kind: str, options: Mapping[str, Any], replacing: str, where: str) -> str | None:
-    """Why ``kind`` with ``options`` cannot take the probability targets ``replacing`` produce, if it cannot."""
-    if kind == "nll_loss":
-        return (
-            f"{replacing} replaces the targets by probabilities, but {where} is nll_loss, which takes class indices "
-            "only (it reads log-probabilities, so smoothed or mixed targets cannot be given to it). Fix: return logits "
-            "and use nn.CrossEntropyLoss / F.cross_entropy (the same loss on logits), or use "
-            "MixUp/CutMix(interpolate_loss=True), which keep index targets."
-        )
-    if kind != "cross_entropy":
+def _refusal(kind: str, options: Mapping[str, Any], replacing: Sequence[Any], where: str) -> str | None:
+    """Why ``kind`` with ``options`` cannot take the probability targets ``replacing`` produce, if it cannot.
+
+    ``nll_loss`` can, on log-probabilities (checked in the first step, where its input shows); an
+    ``ignore_index`` can for algorithms that replace each target position by itself (LabelSmoothing),
+    whose ignored positions are left out exactly as torch leaves them out, but not for algorithms that
+    mix an example's targets with a partner's (MixUp, CutMix): the partner's positions are not ignored.
+    """
+    if kind not in ("cross_entropy", "nll_loss"):
         return None
+    names = _names(replacing)
     ignore_index = options.get("ignore_index", -100)
-    if ignore_index != -100:
+    mixing = [a for a in replacing if getattr(a, "mixes_examples", False)]
+    if ignore_index != -100 and mixing:
         return (
-            f"{replacing} replaces the targets by probabilities, but {where} has ignore_index={ignore_index}, which "
-            "cross_entropy applies to class indices only: the ignored positions would be trained on. Fix: drop "
-            "ignore_index (or use MixUp/CutMix(interpolate_loss=True))."
+            f"{_names(mixing)} mixes each example's targets with a partner's, but {where} has "
+            f"ignore_index={ignore_index}: a position ignored in one example is a real target in its partner, so the "
+            "mixed targets cannot leave the ignored positions out. Fix: use "
+            f"{_names(mixing)}(interpolate_loss=True) (each loss keeps its own ignored positions), or drop ignore_index."
         )
     smoothing = options.get("label_smoothing", 0.0)
     if smoothing:
         return (
-            f"{replacing} replaces the targets by probabilities, but {where} has label_smoothing={smoothing}, which "
+            f"{names} replaces the targets by probabilities, but {where} has label_smoothing={smoothing}, which "
             "cross_entropy would apply on top of them (smoothing twice, or smoothing mixed targets). Fix: drop "
             "label_smoothing= from the loss and use composer_bridge.algorithms.LabelSmoothing(" f"{smoothing}) instead."
         )
@@ -162,24 +165,74 @@ def check_plain_module(algorithms: Sequence[Any], module: torch.nn.Module) -> No
             f"{_names(replacing)} replaces the targets by probabilities at BEFORE_LOSS, but the only loss module of "
             f"{where} is not one the bridge can give them to (cross-entropy, BCE-with-logits, BCE). Fix: {_FIX_SHAPE}."
         )
-    reason = _refusal(kind, _criterion_options(criterion), _names(replacing), where)
+    reason = _refusal(kind, _criterion_options(criterion), replacing, where)
     if reason is not None:
         raise BridgeConfigurationError(reason)
 
 
 @dataclass
 class _LossCall:
-    """A loss function the step was seen to call, with the options it was called with."""
+    """A loss function the step was seen to call, with the options it was called with.
+
+    ``classes_last``: the step called it on ``logits.view(-1, C)`` and ``y.view(-1)`` of ``(B, T)``
+    targets; the bridge computes it on the same values laid out as ``(B, C, T)`` logits and the
+    ``(B, T)`` targets themselves, so per-example losses (``reduction="none"``) come out per sample.
+    """
 
     kind: str
     function: Callable[..., Any]
     options: dict[str, Any]
+    classes_last: bool = False
 
-    def __call__(self, outputs: Any, targets: Any, reduction: str | None = None) -> torch.Tensor:
+    def __call__(self, outputs: Any, targets: Any, reduction: str | None = None,
+                 kept: torch.Tensor | None = None) -> torch.Tensor:
         options = self.options if reduction is None else {**self.options, "reduction": reduction}
         if any(isinstance(v, torch.Tensor) and v.device != outputs.device for v in options.values()):
             options = {k: v.to(outputs.device) if isinstance(v, torch.Tensor) else v for k, v in options.items()}
-        return self.function(outputs, _as_loss_targets(self.kind, outputs, targets), **options)
+        targets = _as_loss_targets(self.kind, outputs, targets)
+        probabilities = isinstance(targets, torch.Tensor) and targets.is_floating_point() and targets.shape == outputs.shape
+        if probabilities and (self.kind == "nll_loss" or kept is not None):
+            return _probability_loss(self.kind, self.function, outputs, targets, options, kept)
+        return self.function(outputs, targets, **options)
+
+
+def _probability_loss(kind: str, function: Callable[..., Any], outputs: torch.Tensor, targets: torch.Tensor,
+                      options: Mapping[str, Any], kept: torch.Tensor | None) -> torch.Tensor:
+    """Cross-entropy of ``targets`` (probabilities along dimension 1) where ``kept``, reduced over the kept positions.
+
+    For ``cross_entropy`` the per-position losses are torch's own (``reduction="none"``); for
+    ``nll_loss`` the outputs are log-probabilities and the loss is ``-sum_c p_c * log q_c``. With
+    ``kept`` (the positions whose index target is not ``ignore_index``) the other positions
+    contribute nothing and ``"mean"`` divides by the number kept, as torch does for index targets.
+    """
+    weight = options.get("weight")
+    if kept is not None:
+        targets = targets * kept.unsqueeze(1).to(targets.dtype)
+    if kind == "cross_entropy":
+        losses = function(outputs, targets, weight=weight, reduction="none")
+    else:
+        if weight is not None:
+            targets = targets * weight.view(1, -1, *([1] * (outputs.ndim - 2))).to(targets.dtype)
+        losses = -(targets * outputs).sum(1)
+    reduction = options.get("reduction", "mean")
+    if reduction == "none":
+        return losses
+    if reduction == "sum":
+        return losses.sum()
+    return losses.sum() / (kept.sum() if kept is not None else losses.numel())
+
+
+def _flattened_view(candidate: Any, target: torch.Tensor) -> bool:
+    """``candidate`` is ``(B, T, ...)`` ``target`` flattened without a copy (``y.view(-1)``, ``y.reshape(-1)``, ``y.flatten()``).
+
+    The same storage, element for element: position ``i`` of ``candidate`` is sample ``i // T`` of the batch.
+    """
+    return (
+        isinstance(candidate, torch.Tensor) and target.ndim >= 2 and candidate.ndim == 1
+        and candidate.numel() == target.numel() and candidate.dtype == target.dtype
+        and candidate.device == target.device and candidate.data_ptr() == target.data_ptr()
+        and target.is_contiguous() and candidate.is_contiguous()
+    )
 
 
 @dataclass
@@ -194,6 +247,7 @@ class _Step:
     targets: Any = None
     forward_output: Any = None
     others: list[str] = field(default_factory=list)
+    kept: Any = None  # the positions the loss keeps (not ignore_index) when the algorithms replaced the targets
 
 
 def _as_loss_targets(kind: str, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -225,6 +279,10 @@ def _shares_storage(candidate: Any, output: Any) -> bool:
         isinstance(candidate, torch.Tensor) and isinstance(output, torch.Tensor)
         and candidate.data_ptr() == output.data_ptr() and candidate.numel() == output.numel()
     )
+
+
+class _LossNotSeen(BridgeConfigurationError, LossNotSeenYet):
+    """The loss was asked for before a step showed it (SelectiveBackprop then leaves that step whole)."""
 
 
 _SIGNATURES: dict[str, inspect.Signature] = {}
@@ -291,6 +349,7 @@ class PlainLossStep:
         self._step: _Step | None = None
         self._batch_checked = False
         self._source_used_in_step = False
+        self._log_probabilities_checked = False
         self._state = state
         state.loss_source = self
 
@@ -304,7 +363,7 @@ class PlainLossStep:
         """``module(inputs)``; the next step checks that its training_step computes its logits this way."""
         self._forward_used = True
         try:
-            return self.module(inputs)
+            outputs = self.module(inputs)
         except Exception as error:
             raise BridgeConfigurationError(
                 f"{_names(self._needy)} runs {type(self.module).__name__}'s forward on the batch's inputs alone "
@@ -312,17 +371,23 @@ class PlainLossStep:
                 f"{error}). Fix: make forward(inputs) return the logits training_step gives its loss, or subclass "
                 "composer_bridge.ComposerModule (forward(batch) and loss(outputs, batch))."
             ) from error
+        call = self._call
+        if call is None or not isinstance(outputs, torch.Tensor):
+            return outputs
+        if call.classes_last and outputs.ndim > 2:
+            outputs = outputs.movedim(-1, 1)  # (B, T, C) as the loss call saw them: (B, C, T)
+        if call.kind == "nll_loss":  # the step's nll_loss reads log_softmax(self(x)); of log-probabilities, the same
+            outputs = torch.log_softmax(outputs, dim=1)
+        return outputs
 
     def loss(self, outputs: Any, targets: Any, reduction: str | None = None) -> torch.Tensor:
         """The loss the steps were seen to compute (its function and options), on ``targets``."""
         call = self._call
         if call is None:
-            raise BridgeConfigurationError(
-                f"{_names(self._loss_users or self._needy)} needs {type(self.module).__name__}'s loss before its training_step has run once "
-                "(the bridge learns the loss function and its options from a step, and a checkpoint written with "
-                "the bridge after a step records them). Fix: start it after the first step "
-                "(SelectiveBackprop(start='1ba') or later; the default is half-way through the run), or resume from a "
-                "checkpoint the bridge wrote after a training step."
+            raise _LossNotSeen(
+                f"{_names(self._loss_users or self._needy)} needs {type(self.module).__name__}'s loss before its "
+                "training_step has run once (the bridge learns the loss function and its options from a step, and a "
+                "checkpoint written with the bridge after a step records them)."
             )
         if self._several_calls:
             raise BridgeConfigurationError(
@@ -339,13 +404,14 @@ class PlainLossStep:
         """The loss function and options seen so far (plain data), for ``checkpoint[CHECKPOINT_KEY]``."""
         if self._call is None:
             return None
-        return {"kind": self._call.kind, "options": dict(self._call.options)}
+        return {"kind": self._call.kind, "options": dict(self._call.options), "classes_last": self._call.classes_last}
 
     def load_from(self, checkpoint: dict[str, Any]) -> None:
         """Take the loss a checkpoint recorded, unless this run has seen one already."""
         saved = checkpoint.get(CHECKPOINT_KEY)
         if self._call is None and isinstance(saved, dict) and saved.get("kind") in loss_calls.INTERCEPTED:
-            self._call = _LossCall(saved["kind"], loss_calls.original(saved["kind"]), dict(saved["options"]))
+            self._call = _LossCall(saved["kind"], loss_calls.original(saved["kind"]), dict(saved["options"]),
+                                   bool(saved.get("classes_last", False)))
 
     # --- the wrapped training_step --------------------------------------------------------------
     def step(self, *args: Any, **kwargs: Any) -> Any:
@@ -425,7 +491,7 @@ class PlainLossStep:
         if record.calls == 0:
             raise BridgeConfigurationError(self._nothing_seen(record))
         if self._forward_used and not self._forward_checked:
-            if not _shares_storage(record.logits, record.forward_output):
+            if not _shares_storage(record.logits, record.forward_output) and not self._log_softmax_of_forward(record):
                 raise BridgeConfigurationError(
                     f"{_names(self._needy)} ranks the examples with {name}(inputs), but {name}'s training_step does "
                     "not give its loss the output of self(inputs) (it calls a submodule, passes more arguments or "
@@ -441,6 +507,17 @@ class PlainLossStep:
                 "call itself (a sum with other terms, a mean of reduction='none', ...), which cannot be interpolated "
                 "exactly. Fix: use interpolate_loss=False (the targets are mixed instead), or return the loss call's value."
             )
+
+    def _log_softmax_of_forward(self, record: _Step) -> bool:
+        """An ``nll_loss`` whose input is ``log_softmax(self(inputs))`` over the classes (checked on the values, once)."""
+        output, logits = record.forward_output, record.logits
+        if self._call is None or self._call.kind != "nll_loss" or not isinstance(output, torch.Tensor):
+            return False
+        if self._call.classes_last and output.ndim > 2:
+            output = output.movedim(-1, 1)
+        if not isinstance(logits, torch.Tensor) or output.shape != logits.shape:
+            return False
+        return bool(torch.allclose(torch.log_softmax(output.detach().float(), dim=1), logits.detach().float(), atol=1e-5))
 
     def _nothing_seen(self, record: _Step) -> str:
         name = type(self.module).__name__
@@ -462,12 +539,20 @@ class PlainLossStep:
     def _on_loss_call(self, kind: str, function: Callable[..., Any], input: Any, target: Any,
                       args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         record = self._step
-        if record is None or not _same_tensor(target, record.target):
-            if record is not None:
+        if record is None:
+            return function(input, target, *args, **kwargs)
+        classes_last = False
+        if not _same_tensor(target, record.target):
+            if not self._relabelled(kind, input, target, record.target):
                 shape = tuple(target.shape) if isinstance(target, torch.Tensor) else type(target).__name__
                 record.others.append(f"{kind} with targets {shape} that are not that tensor")
-            return function(input, target, *args, **kwargs)
-        options = _options(kind, function, input, target, args, kwargs)
+                return function(input, target, *args, **kwargs)
+            # y.view(-1) of the batch's (B, T) targets and logits.view(-1, C): the same values laid out as a
+            # classifier's (B, C, T) logits and (B, T) targets, so that every position keeps its sample
+            options = _options(kind, function, input, target, args, kwargs)
+            input, target, classes_last = input.view(*record.target.shape, input.shape[1]).movedim(-1, 1), record.target, True
+        else:
+            options = _options(kind, function, input, target, args, kwargs)
         if record.calls:
             return self._repeat_call(record, kind, function, input, options)
         record.calls = 1
@@ -478,10 +563,16 @@ class PlainLossStep:
         batch = state.batch
         state.batch = copy.copy(batch)  # the algorithms' targets go into a copy: the user's batch keeps its own
         try:
+            ignored = self._ignored_positions(kind, options, record.target)
+            if ignored is not None:  # the algorithms see a valid class there; the loss leaves those positions out
+                state.batch = set_batch_item(state.batch, self.target_key, record.target.masked_fill(ignored, 0))
+                shown = get_batch_item(state.batch, self.target_key)
             bridge.fire_event(BEFORE_LOSS)
             targets = get_batch_item(state.batch, self.target_key)
-            self._check_targets(kind, options, record.target, targets)
-            call = _LossCall(kind, function, options)
+            if ignored is not None and targets is shown:
+                targets = record.target  # no algorithm replaced them: the call's own index targets
+            self._check_targets(kind, options, record.target, targets, input)
+            call = _LossCall(kind, function, options, classes_last)
             if self._source_used_in_step and self._call is not None and (call.kind, call.options) != (
                     self._call.kind, self._call.options):
                 raise BridgeConfigurationError(
@@ -489,12 +580,35 @@ class PlainLossStep:
                     f"but the step computes {kind}{options}. Fix: compute the same loss in every step."
                 )
             self._call = call
-            state.loss = call(input, targets)
+            record.kept = None if ignored is None else ~ignored
+            state.loss = call(input, targets, kept=record.kept if targets is not record.target else None)
             bridge.fire_event(AFTER_LOSS)
         finally:
             state.batch = batch
         record.logits, record.targets, record.result = input, targets, state.loss
         return state.loss
+
+    def _relabelled(self, kind: str, input: Any, target: Any, batch_target: torch.Tensor) -> bool:
+        """The call's target is the batch's ``(B, T)`` class indices flattened, and its input one row of logits per position."""
+        return (
+            kind in ("cross_entropy", "nll_loss") and not batch_target.dtype.is_floating_point
+            and _flattened_view(target, batch_target)
+            and isinstance(input, torch.Tensor) and input.ndim == 2 and input.shape[0] == target.numel()
+        )
+
+    def _ignored_positions(self, kind: str, options: Mapping[str, Any], target: torch.Tensor) -> torch.Tensor | None:
+        """Where the index targets equal the call's ``ignore_index``, when algorithms replace them by probabilities.
+
+        torch ignores those positions only for index targets; with probability targets the bridge
+        leaves them out itself (:func:`_probability_loss`). Mixing algorithms are refused with an
+        ``ignore_index`` of their own (:func:`_refusal`), so here only position-wise replacements act.
+        """
+        replacing = [a for a in self._needy if getattr(a, "replaces_targets", False)]
+        if kind not in ("cross_entropy", "nll_loss") or target.dtype.is_floating_point or not replacing:
+            return None
+        if any(getattr(a, "mixes_examples", False) for a in replacing):
+            return None
+        return target == options.get("ignore_index", -100)
 
     def _repeat_call(self, record: _Step, kind: str, function: Callable[..., Any], input: Any,
                      options: dict[str, Any]) -> Any:
@@ -515,10 +629,14 @@ class PlainLossStep:
                 f"where the first had {tuple(record.logits.shape)}; {_names(self._needy)} made the targets for the "
                 "first. Fix: compute the losses on outputs of one shape, or subclass composer_bridge.ComposerModule."
             )
-        self._check_targets(kind, options, record.target, record.targets)
-        return _LossCall(kind, function, options)(input, record.targets)
+        self._check_targets(kind, options, record.target, record.targets, input)
+        kept = None
+        if record.kept is not None and record.targets is not record.target:
+            kept = record.target != options.get("ignore_index", -100)
+        return _LossCall(kind, function, options)(input, record.targets, kept=kept)
 
-    def _check_targets(self, kind: str, options: Mapping[str, Any], original: torch.Tensor, targets: Any) -> None:
+    def _check_targets(self, kind: str, options: Mapping[str, Any], original: torch.Tensor, targets: Any,
+                       input: Any) -> None:
         if targets is original:
             return
         to_probabilities = (
@@ -527,6 +645,24 @@ class PlainLossStep:
         if not to_probabilities:
             return
         replacing = [a for a in self._needy if getattr(a, "replaces_targets", False)] or self._needy
-        reason = _refusal(kind, options, _names(replacing), f"{type(self.module).__name__}'s loss ({kind})")
+        where = f"{type(self.module).__name__}'s loss ({kind})"
+        reason = _refusal(kind, options, replacing, where)
+        if reason is None and kind == "nll_loss" and not self._log_probabilities_checked:
+            reason = _not_log_probabilities(input, _names(replacing), where)
+            self._log_probabilities_checked = True
         if reason is not None:
             raise BridgeConfigurationError(reason)
+
+
+def _not_log_probabilities(input: Any, replacing: str, where: str) -> str | None:
+    """Why probability targets cannot go into this ``nll_loss``: its input is not log-probabilities (checked once)."""
+    if isinstance(input, torch.Tensor) and input.ndim >= 2 and input.shape[1] > 0:
+        total = torch.logsumexp(input.detach().float(), dim=1)
+        if bool(torch.allclose(total, torch.zeros_like(total), atol=1e-3)):
+            return None
+    return (
+        f"{replacing} replaces the targets by probabilities, and {where} is nll_loss, whose loss for probability "
+        "targets is -sum(p * input) only when its input is log-probabilities (log_softmax over dimension 1); this "
+        "input's exp does not sum to 1 over the classes. Fix: give nll_loss F.log_softmax(logits, dim=1) (or "
+        "nn.LogSoftmax(dim=1)), or return logits and use nn.CrossEntropyLoss / F.cross_entropy."
+    )
