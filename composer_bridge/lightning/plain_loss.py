@@ -145,6 +145,7 @@ def check_plain_module(algorithms: Sequence[Any], module: torch.nn.Module) -> No
         return
     _common_key(needy, "target_key", 1)
     _common_key(needy, "input_key", 0)
+    _check_forward_takes_inputs(needy, module)
     interpolating = [a for a in needy if getattr(a, "interpolates_loss", False)]
     if interpolating and not getattr(module, "automatic_optimization", True):
         raise BridgeConfigurationError(
@@ -168,6 +169,27 @@ def check_plain_module(algorithms: Sequence[Any], module: torch.nn.Module) -> No
     reason = _refusal(kind, _criterion_options(criterion), replacing, where)
     if reason is not None:
         raise BridgeConfigurationError(reason)
+
+
+def _check_forward_takes_inputs(needy: Sequence[Any], module: torch.nn.Module) -> None:
+    """Refuse, at setup, ranking examples with ``module(inputs)`` when ``forward`` needs more than the inputs."""
+    ranking = [a for a in needy if not getattr(a, "interpolates_loss", False) and not getattr(a, "replaces_targets", False)]
+    if not ranking or not callable(getattr(module, "forward", None)):
+        return
+    try:
+        parameters = inspect.signature(module.forward).parameters.values()
+    except (TypeError, ValueError):
+        return
+    required = [p.name for p in parameters if p.default is p.empty
+                and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    if len(required) > 1:
+        name = type(module).__name__
+        raise BridgeConfigurationError(
+            f"{_names(ranking)} runs {name}'s forward on the batch's inputs alone (module(inputs)) to rank the "
+            f"examples, but {name}.forward takes {', '.join(required)} (missing 1 required positional argument: "
+            f"{required[1]!r}). Fix: make forward(inputs) return the logits training_step gives its loss, or "
+            "subclass composer_bridge.ComposerModule (forward(batch) and loss(outputs, batch))."
+        )
 
 
 @dataclass
@@ -206,20 +228,20 @@ def _probability_loss(kind: str, function: Callable[..., Any], outputs: torch.Te
     contribute nothing and ``"mean"`` divides by the number kept, as torch does for index targets.
     """
     weight = options.get("weight")
+    reduction = options.get("reduction", "mean")
     if kept is not None:
         targets = targets * kept.unsqueeze(1).to(targets.dtype)
     if kind == "cross_entropy":
-        losses = function(outputs, targets, weight=weight, reduction="none")
+        loss = function(outputs, targets, weight=weight, reduction=reduction)
     else:
         if weight is not None:
             targets = targets * weight.view(1, -1, *([1] * (outputs.ndim - 2))).to(targets.dtype)
         losses = -(targets * outputs).sum(1)
-    reduction = options.get("reduction", "mean")
-    if reduction == "none":
-        return losses
-    if reduction == "sum":
-        return losses.sum()
-    return losses.sum() / (kept.sum() if kept is not None else losses.numel())
+        loss = losses if reduction == "none" else losses.sum() if reduction == "sum" else losses.mean()
+    if reduction != "mean" or kept is None:
+        return loss
+    # torch's mean over all positions, times all/kept: the mean over the kept ones (times exactly 1 when none is ignored)
+    return loss * (kept.numel() / kept.sum())
 
 
 def _flattened_view(candidate: Any, target: torch.Tensor) -> bool:
