@@ -244,6 +244,15 @@ def _probability_loss(kind: str, function: Callable[..., Any], outputs: torch.Te
     return loss * (kept.numel() / kept.sum())
 
 
+def _class_indices_for(kind: str, input: Any, target: Any, batch_target: torch.Tensor) -> bool:
+    """A cross-entropy/nll call on class indices of the batch targets' dtype, one row of logits per index."""
+    return (
+        kind in ("cross_entropy", "nll_loss") and isinstance(input, torch.Tensor) and isinstance(target, torch.Tensor)
+        and target.dtype == batch_target.dtype and not target.dtype.is_floating_point
+        and input.ndim == target.ndim + 1 and input.shape[:1] + input.shape[2:] == target.shape
+    )
+
+
 def _flattened_view(candidate: Any, target: torch.Tensor) -> bool:
     """``candidate`` is ``(B, T, ...)`` ``target`` flattened without a copy (``y.view(-1)``, ``y.reshape(-1)``, ``y.flatten()``).
 
@@ -372,6 +381,11 @@ class PlainLossStep:
         self._batch_checked = False
         self._source_used_in_step = False
         self._log_probabilities_checked = False
+        # LabelSmoothing acts on each target position by itself, so it can act on targets the step derives
+        # (Hugging Face's shifted labels); algorithms that act per sample need the batch's own targets
+        self._per_position_only = all(
+            getattr(a, "replaces_targets", False) and not getattr(a, "mixes_examples", False) for a in needy
+        )
         self._state = state
         state.loss_source = self
 
@@ -551,6 +565,13 @@ class PlainLossStep:
             if direct else ""
         )
         target = record.target
+        per_sample = [a for a in self._needy if not getattr(a, "replaces_targets", False) or getattr(a, "mixes_examples", False)]
+        if record.others and per_sample:
+            hint += (
+                f" {_names(per_sample)} acts per sample, so it needs the batch's own target tensor (or a view of it: "
+                "y.view(-1)) to map each target back to its sample; targets derived inside the model (Hugging Face "
+                "shifts the labels inside model(**batch).loss) lose that map. LabelSmoothing alone can act on them."
+            )
         return (
             f"{_names(self._needy)} acts on the loss {name}'s training_step computes from the batch's targets "
             f"(batch[{self.target_key!r}], {tuple(target.shape)} {target.dtype}), but the step computed its loss "
@@ -564,15 +585,22 @@ class PlainLossStep:
         if record is None:
             return function(input, target, *args, **kwargs)
         classes_last = False
+        derived = False
         if not _same_tensor(target, record.target):
-            if not self._relabelled(kind, input, target, record.target):
+            if self._relabelled(kind, input, target, record.target):
+                # y.view(-1) of the batch's (B, T) targets and logits.view(-1, C): the same values laid out as a
+                # classifier's (B, C, T) logits and (B, T) targets, so that every position keeps its sample
+                options = _options(kind, function, input, target, args, kwargs)
+                input, classes_last = input.view(*record.target.shape, input.shape[1]).movedim(-1, 1), True
+                target = record.target
+            elif not record.calls and self._per_position_only and _class_indices_for(kind, input, target, record.target):
+                # targets derived inside the step (Hugging Face shifts the labels): per-position algorithms only
+                options = _options(kind, function, input, target, args, kwargs)
+                derived = True
+            else:
                 shape = tuple(target.shape) if isinstance(target, torch.Tensor) else type(target).__name__
                 record.others.append(f"{kind} with targets {shape} that are not that tensor")
                 return function(input, target, *args, **kwargs)
-            # y.view(-1) of the batch's (B, T) targets and logits.view(-1, C): the same values laid out as a
-            # classifier's (B, C, T) logits and (B, T) targets, so that every position keeps its sample
-            options = _options(kind, function, input, target, args, kwargs)
-            input, target, classes_last = input.view(*record.target.shape, input.shape[1]).movedim(-1, 1), record.target, True
         else:
             options = _options(kind, function, input, target, args, kwargs)
         if record.calls:
@@ -585,6 +613,9 @@ class PlainLossStep:
         batch = state.batch
         state.batch = copy.copy(batch)  # the algorithms' targets go into a copy: the user's batch keeps its own
         try:
+            if derived:  # the algorithms act on the targets this call was given, in the batch's place
+                state.batch = set_batch_item(state.batch, self.target_key, target)
+                record.target = target
             ignored = self._ignored_positions(kind, options, record.target)
             if ignored is not None:  # the algorithms see a valid class there; the loss leaves those positions out
                 state.batch = set_batch_item(state.batch, self.target_key, record.target.masked_fill(ignored, 0))

@@ -24,7 +24,6 @@ from composer_bridge import (
     State,
 )
 from composer_bridge.algorithms import CutMix, LabelSmoothing, MixUp, SelectiveBackprop
-from composer_bridge.core.algorithm import AlgorithmError
 from composer_bridge.lightning.setup_checks import BridgeConfigurationError
 from tests.support import ComposerClassifier, ComposerModule, L, image_dataset, quiet_trainer
 
