@@ -507,7 +507,8 @@ class PlainLossStep:
             except KeyError as error:
                 raise BridgeConfigurationError(
                     f"{_names(self._needy)} reads the {what} at {key!r}: {error.args[0]} Fix: pass "
-                    f"target_key=/input_key= naming them."
+                    f"target_key=/input_key= naming them, or declare them on the module once: "
+                    f"batch_keys = {{'input_key': ..., 'target_key': ...}}."
                 ) from None
             if what == "targets" and not isinstance(item, torch.Tensor):
                 raise BridgeConfigurationError(

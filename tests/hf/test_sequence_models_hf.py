@@ -143,3 +143,36 @@ def test_per_sample_algorithms_on_the_models_own_loss_are_refused_with_the_reaso
                        match=r"SelectiveBackprop acts per sample.*shifts the labels inside model\(\*\*batch\).loss"):
         quiet_trainer(max_steps=2, callbacks=[AlgorithmEngineCallback([algorithm], seed=0)]).fit(model, batches())
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+
+
+def test_a_plain_module_that_declares_its_batch_keys_needs_no_key_on_the_algorithm() -> None:
+    class Declared(ModelLoss):
+        batch_keys = {"target_key": "labels"}
+
+    data = batches()
+    expected = ModelLoss("gpt2")
+    quiet_trainer(max_steps=2, callbacks=[AlgorithmEngineCallback([LabelSmoothing(SMOOTHING, target_key="labels")],
+                                                                   seed=0)]).fit(expected, data)
+    model = Declared("gpt2")
+    quiet_trainer(max_steps=2, callbacks=[AlgorithmEngineCallback([LabelSmoothing(SMOOTHING)], seed=0)]).fit(model, data)
+    assert torch.equal(torch.stack(model.losses), torch.stack(expected.losses))
+
+
+@pytest.mark.parametrize("declared", [["labels"], {"labels_key": "labels"}])
+def test_a_malformed_batch_keys_declaration_is_refused_at_setup(declared: Any) -> None:
+    class Declared(ModelLoss):
+        batch_keys = declared
+
+    with pytest.raises(BridgeConfigurationError, match=r"Declared.batch_keys = .*expected a dict with the keys "
+                       r"\('input_key', 'target_key'\)"):
+        quiet_trainer(max_steps=1, callbacks=[AlgorithmEngineCallback([LabelSmoothing(SMOOTHING)])]).fit(
+            Declared("gpt2"), batches())
+
+
+def test_an_undeclared_dict_batch_is_refused_with_its_keys_and_the_argument_to_pass() -> None:
+    model = ModelLoss("gpt2")
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(BridgeConfigurationError, match=r"LabelSmoothing reads the targets at 1: Cannot find batch item 1 "
+                       r"in a dict with keys \['attention_mask', 'input_ids', 'labels'\].*Fix: pass target_key="):
+        quiet_trainer(max_steps=1, callbacks=[AlgorithmEngineCallback([LabelSmoothing(SMOOTHING)])]).fit(model, batches())
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
