@@ -29,7 +29,7 @@ import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from composer_bridge.lightning.setup_checks import BridgeConfigurationError
+from composer_bridge.lightning.errors import BridgeConfigurationError
 
 __all__ = ["KEY_ARGUMENTS", "give_declared_keys"]
 

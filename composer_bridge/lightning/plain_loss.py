@@ -59,11 +59,12 @@ from typing import Any
 
 import torch
 
+from composer_bridge.core.algorithm import declaring
 from composer_bridge.core.batch import BatchKey, get_batch_item, set_batch_item
 from composer_bridge.core.loss_source import LossNotSeenYet
 from composer_bridge.lightning import loss_calls
+from composer_bridge.lightning.errors import BridgeConfigurationError
 from composer_bridge.lightning.hook_map import HOOK_EVENTS
-from composer_bridge.lightning.setup_checks import BridgeConfigurationError
 
 __all__ = ["CHECKPOINT_KEY", "PlainLossStep", "check_plain_module"]
 
@@ -86,7 +87,7 @@ _FIX_SHAPE = (
 
 
 def _needy(algorithms: Sequence[Any]) -> list[Any]:
-    return [a for a in algorithms if getattr(a, "needs_loss_events", False)]
+    return declaring(algorithms, "needs_loss_events")
 
 
 def _names(algorithms: Sequence[Any]) -> str:
