@@ -1,5 +1,7 @@
 """Sequence losses written the usual way: ``F.cross_entropy(logits.view(-1, C), y.view(-1))``.
 
+(Per-pixel targets flattened the same way, ``y.view(-1)`` of ``(B, H, W)``, are covered at the end.)
+
 The step flattens the batch's ``(B, T)`` targets with a view (``view``, ``reshape``, ``flatten``),
 so every position still belongs to its sample. The references need no trust in the bridge:
 
@@ -21,7 +23,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 from composer_bridge import Algorithm, AlgorithmEngineCallback, Event, State
-from composer_bridge.algorithms import LabelSmoothing, MixUp, SelectiveBackprop
+from composer_bridge.algorithms import CutMix, LabelSmoothing, MixUp, SelectiveBackprop
 from composer_bridge.core.algorithm import AlgorithmError
 from composer_bridge.lightning.setup_checks import BridgeConfigurationError
 from tests.support import ComposerModule, L, quiet_trainer
@@ -261,3 +263,58 @@ def test_selective_backprop_from_the_first_step_takes_that_step_whole_and_says_s
     fit(expected, [SelectiveBackprop(start="1ba", end=1.0, keep=0.5, interrupt=0)], feature_loader())
     assert torch.equal(torch.stack(model.backward_losses), torch.stack(expected.backward_losses))
     assert torch.equal(model.net[0].weight, expected.net[0].weight)
+
+
+# --- per-pixel targets flattened: segmentation written as a token loss ---------------------------------
+def segmenter() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Conv2d(2, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(8, CLASSES, 1))
+
+
+def pixel_loader() -> DataLoader:
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(4 * B, 2, 8, 8, generator=g)
+    y = (x[:, 0] > 0).long() + 2 * (x[:, 1] > 0.5).long()
+    return DataLoader(TensorDataset(x, y), batch_size=B)
+
+
+class Segmenter(Recorder, L.LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = segmenter()
+        self.backward_losses = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        logits = self(x).permute(0, 2, 3, 1).reshape(-1, CLASSES)  # a copy of the logits; the targets stay a view
+        return F.cross_entropy(logits, y.view(-1))
+
+
+class SegmenterReference(Recorder, ComposerModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = segmenter()
+        self.backward_losses = []
+
+    def forward(self, batch: Any) -> torch.Tensor:
+        return self.net(batch[0])
+
+    def loss(self, outputs: torch.Tensor, batch: Any, reduction: str = "mean") -> torch.Tensor:
+        return F.cross_entropy(outputs, batch[1], reduction=reduction)
+
+
+@pytest.mark.parametrize("algorithm", ["CutMix", "MixUp", "LabelSmoothing"])
+def test_flattened_per_pixel_targets_train_as_the_composer_module(algorithm: str) -> None:
+    make = {"CutMix": lambda: CutMix(1.0), "MixUp": lambda: MixUp(0.4), "LabelSmoothing": lambda: LabelSmoothing(0.1)}
+    expected = SegmenterReference()
+    expected_probe = fit(expected, [make[algorithm]()], pixel_loader())
+    model = Segmenter()
+    probe = fit(model, [make[algorithm]()], pixel_loader())
+    torch.testing.assert_close(torch.stack(model.backward_losses), torch.stack(expected.backward_losses))
+    for got, want in zip(probe.targets, expected_probe.targets, strict=True):
+        assert torch.equal(got, want)  # CutMix pastes the partner's box into the (B, H, W) targets
+    for (name, got), want in zip(model.net.state_dict().items(), expected.net.state_dict().values(), strict=True):
+        torch.testing.assert_close(got, want, msg=name)
