@@ -244,7 +244,8 @@ size_increment=4, resize_targets=False, input_key=0, target_key=1)
         example = input[:1]
 
         def runs(scale: float) -> Exception | None:
-            images = resize_batch(example, example, scale, self.mode)[0] if scale < 1 else example
+            # the size alone matters: resize (a crop would draw from the global generator)
+            images = resize_batch(example, example, scale, "resize")[0] if scale < 1 else example
             try:
                 _forward_inputs(model, state.batch, self.input_key, images)
             except Exception as error:  # torch's message, reported in ours

@@ -103,18 +103,21 @@ def test_a_convnext_with_a_minimum_size_is_refused_naming_the_initial_scale_that
     assert not all(torch.equal(v, before[k]) for k, v in module.state_dict().items())
 
 
-def test_the_probe_changes_nothing_a_model_that_takes_any_size_trains_as_before() -> None:
-    """The probe runs in eval mode without gradients: BatchNorm statistics and the weights end as without it."""
+@pytest.mark.parametrize("mode", ["resize", "crop"])
+def test_the_probe_changes_nothing_a_model_that_takes_any_size_trains_as_before(mode: str) -> None:
+    """The probe runs in eval mode without gradients and draws no random number: BatchNorm statistics,
+    dropout masks and the weights end as without it."""
 
     def net() -> torch.nn.Module:
         torch.manual_seed(0)
         return torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3, padding=1), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
-                                   torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(4, CLASSES))
+                                   torch.nn.Dropout(0.5), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
+                                   torch.nn.Linear(4, CLASSES))
 
     probed = Plain(net())
-    fit(probed, ProgressiveResizing(initial_scale=0.5, size_increment=4))
+    fit(probed, ProgressiveResizing(mode, initial_scale=0.5, size_increment=4))
     unprobed = Plain(net())
-    algorithm = ProgressiveResizing(initial_scale=0.5, size_increment=4)
+    algorithm = ProgressiveResizing(mode, initial_scale=0.5, size_increment=4)
     algorithm._size_checked = True  # as if the probe had already run
     fit(unprobed, algorithm)
     for (key, got), want in zip(probed.state_dict().items(), unprobed.state_dict().values(), strict=True):
