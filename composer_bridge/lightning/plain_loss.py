@@ -22,6 +22,20 @@ Both end in a call of ``torch.nn.functional.cross_entropy`` (or ``binary_cross_e
 3. after the step, ``BEFORE_BACKWARD`` on the loss the step returned (MixUp's and CutMix's
    ``interpolate_loss=True`` act here, through :class:`~composer_bridge.core.loss_source.LossSource`).
 
+Sequence shapes, recognised in step 2:
+
+- **flattened targets**: ``F.cross_entropy(logits.view(-1, C), y.view(-1))`` where ``y.view(-1)``
+  shares the storage of the batch's ``(B, T)`` targets, element for element: the call's logits are
+  shown to the algorithms, and the call computed, as a classifier's ``(B, C, T)`` logits against
+  the ``(B, T)`` targets, so per-sample algorithms pair and select samples, not positions;
+- **ignored positions**: with algorithms that replace targets position by position (LabelSmoothing),
+  the positions equal to the call's ``ignore_index`` get all-zero target rows and the mean is over
+  the others, as torch computes it for index targets;
+- **targets derived inside the step** (a Hugging Face model's shifted labels): when every loss
+  algorithm acts position by position, the first cross-entropy/nll call on class indices of the
+  labels' dtype is the loss;
+- **nll_loss** with probability targets is ``-sum(p * input)``, checked once to read log-probabilities.
+
 The loss is then exactly the one a ComposerModule computes with the same network and loss
 function: the same targets go into the same function. The user's code never sees the new
 targets: its ``y`` is still the batch's tensor, so metrics computed from it (torchmetrics),
@@ -30,8 +44,9 @@ logging and validation see the real labels.
 What cannot be made exact is refused, at setup where the module shows it (a criterion
 submodule's options, manual optimization) and otherwise in the first step that shows it, before
 any backward pass (so no weight changes): a step that never calls a supported loss on the
-batch's targets, ``nll_loss`` or ``ignore_index``/``label_smoothing`` with targets turned into
-probabilities, derived targets (``y.float()``), a batch that is a bare tensor.
+batch's targets, ``nll_loss`` on values that are not log-probabilities, an ``ignore_index`` with
+targets mixed across examples, ``label_smoothing=`` with targets turned into probabilities, derived
+targets (``y.float()``, a copy) for algorithms that act per sample, a batch that is a bare tensor.
 
 Example:
     >>> import torch
@@ -65,6 +80,15 @@ from composer_bridge.core.loss_source import LossNotSeenYet
 from composer_bridge.lightning import loss_calls
 from composer_bridge.lightning.errors import BridgeConfigurationError
 from composer_bridge.lightning.hook_map import HOOK_EVENTS
+from composer_bridge.lightning.loss_call import (
+    LossCall,
+    call_options,
+    class_indices_for,
+    flattened_view,
+    not_log_probabilities,
+    same_tensor,
+    shares_storage,
+)
 
 __all__ = ["CHECKPOINT_KEY", "PlainLossStep", "check_plain_module"]
 
@@ -194,80 +218,6 @@ def _check_forward_takes_inputs(needy: Sequence[Any], module: torch.nn.Module) -
 
 
 @dataclass
-class _LossCall:
-    """A loss function the step was seen to call, with the options it was called with.
-
-    ``classes_last``: the step called it on ``logits.view(-1, C)`` and ``y.view(-1)`` of ``(B, T)``
-    targets; the bridge computes it on the same values laid out as ``(B, C, T)`` logits and the
-    ``(B, T)`` targets themselves, so per-example losses (``reduction="none"``) come out per sample.
-    """
-
-    kind: str
-    function: Callable[..., Any]
-    options: dict[str, Any]
-    classes_last: bool = False
-
-    def __call__(self, outputs: Any, targets: Any, reduction: str | None = None,
-                 kept: torch.Tensor | None = None) -> torch.Tensor:
-        options = self.options if reduction is None else {**self.options, "reduction": reduction}
-        if any(isinstance(v, torch.Tensor) and v.device != outputs.device for v in options.values()):
-            options = {k: v.to(outputs.device) if isinstance(v, torch.Tensor) else v for k, v in options.items()}
-        targets = _as_loss_targets(self.kind, outputs, targets)
-        probabilities = isinstance(targets, torch.Tensor) and targets.is_floating_point() and targets.shape == outputs.shape
-        if probabilities and (self.kind == "nll_loss" or kept is not None):
-            return _probability_loss(self.kind, self.function, outputs, targets, options, kept)
-        return self.function(outputs, targets, **options)
-
-
-def _probability_loss(kind: str, function: Callable[..., Any], outputs: torch.Tensor, targets: torch.Tensor,
-                      options: Mapping[str, Any], kept: torch.Tensor | None) -> torch.Tensor:
-    """Cross-entropy of ``targets`` (probabilities along dimension 1) where ``kept``, reduced over the kept positions.
-
-    For ``cross_entropy`` the per-position losses are torch's own (``reduction="none"``); for
-    ``nll_loss`` the outputs are log-probabilities and the loss is ``-sum_c p_c * log q_c``. With
-    ``kept`` (the positions whose index target is not ``ignore_index``) the other positions
-    contribute nothing and ``"mean"`` divides by the number kept, as torch does for index targets.
-    """
-    weight = options.get("weight")
-    reduction = options.get("reduction", "mean")
-    if kept is not None:
-        targets = targets * kept.unsqueeze(1).to(targets.dtype)
-    if kind == "cross_entropy":
-        loss = function(outputs, targets, weight=weight, reduction=reduction)
-    else:
-        if weight is not None:
-            targets = targets * weight.view(1, -1, *([1] * (outputs.ndim - 2))).to(targets.dtype)
-        losses = -(targets * outputs).sum(1)
-        loss = losses if reduction == "none" else losses.sum() if reduction == "sum" else losses.mean()
-    if reduction != "mean" or kept is None:
-        return loss
-    # torch's mean over all positions, times all/kept: the mean over the kept ones (times exactly 1 when none is ignored)
-    return loss * (kept.numel() / kept.sum())
-
-
-def _class_indices_for(kind: str, input: Any, target: Any, batch_target: torch.Tensor) -> bool:
-    """A cross-entropy/nll call on class indices of the batch targets' dtype, one row of logits per index."""
-    return (
-        kind in ("cross_entropy", "nll_loss") and isinstance(input, torch.Tensor) and isinstance(target, torch.Tensor)
-        and target.dtype == batch_target.dtype and not target.dtype.is_floating_point
-        and input.ndim == target.ndim + 1 and input.shape[:1] + input.shape[2:] == target.shape
-    )
-
-
-def _flattened_view(candidate: Any, target: torch.Tensor) -> bool:
-    """``candidate`` is ``(B, T, ...)`` ``target`` flattened without a copy (``y.view(-1)``, ``y.reshape(-1)``, ``y.flatten()``).
-
-    The same storage, element for element: position ``i`` of ``candidate`` is sample ``i // T`` of the batch.
-    """
-    return (
-        isinstance(candidate, torch.Tensor) and target.ndim >= 2 and candidate.ndim == 1
-        and candidate.numel() == target.numel() and candidate.dtype == target.dtype
-        and candidate.device == target.device and candidate.data_ptr() == target.data_ptr()
-        and target.is_contiguous() and candidate.is_contiguous()
-    )
-
-
-@dataclass
 class _Step:
     """What one training step showed."""
 
@@ -282,53 +232,8 @@ class _Step:
     kept: Any = None  # the positions the loss keeps (not ignore_index) when the algorithms replaced the targets
 
 
-def _as_loss_targets(kind: str, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    # ComposerClassifier's soft_cross_entropy gives probability targets to cross_entropy in the logits' dtype.
-    if kind == "cross_entropy" and targets.dtype.is_floating_point and targets.shape == logits.shape:
-        return targets.to(logits.dtype)
-    return targets
-
-
-def _same_tensor(candidate: Any, target: torch.Tensor) -> bool:
-    """``candidate`` is ``target`` or a same-shaped view of it (``y.view(-1)`` of a 1-D ``y``, ``y.long()`` of a long ``y``)."""
-    if candidate is target:
-        return True
-    return (
-        isinstance(candidate, torch.Tensor)
-        and candidate.shape == target.shape
-        and candidate.dtype == target.dtype
-        and candidate.device == target.device
-        and candidate.stride() == target.stride()
-        and candidate.data_ptr() == target.data_ptr()
-    )
-
-
-def _shares_storage(candidate: Any, output: Any) -> bool:
-    """The loss's input is the module's output, or a reshaped view of it (``logits.view(-1, C)``)."""
-    if candidate is output:
-        return True
-    return (
-        isinstance(candidate, torch.Tensor) and isinstance(output, torch.Tensor)
-        and candidate.data_ptr() == output.data_ptr() and candidate.numel() == output.numel()
-    )
-
-
 class _LossNotSeen(BridgeConfigurationError, LossNotSeenYet):
     """The loss was asked for before a step showed it (SelectiveBackprop then leaves that step whole)."""
-
-
-_SIGNATURES: dict[str, inspect.Signature] = {}
-
-
-def _options(kind: str, function: Callable[..., Any], input: Any, target: Any, args: tuple[Any, ...],
-             kwargs: dict[str, Any]) -> dict[str, Any]:
-    if not args:  # the usual call, options by keyword: nothing to bind
-        return dict(kwargs)
-    signature = _SIGNATURES.get(kind)
-    if signature is None:
-        signature = _SIGNATURES[kind] = inspect.signature(function)
-    bound = signature.bind(input, target, *args, **kwargs).arguments
-    return {name: value for name, value in list(bound.items())[2:]}
 
 
 class PlainLossStep:
@@ -374,7 +279,7 @@ class PlainLossStep:
         self._loss_users = [
             a for a in needy if getattr(a, "interpolates_loss", False) or not getattr(a, "replaces_targets", False)
         ]
-        self._call: _LossCall | None = None
+        self._call: LossCall | None = None
         self._several_calls = False
         self._forward_used = False  # SelectiveBackprop ran module(inputs): check that training_step does the same
         self._forward_checked = False
@@ -447,7 +352,7 @@ class PlainLossStep:
         """Take the loss a checkpoint recorded, unless this run has seen one already."""
         saved = checkpoint.get(CHECKPOINT_KEY)
         if self._call is None and isinstance(saved, dict) and saved.get("kind") in loss_calls.INTERCEPTED:
-            self._call = _LossCall(saved["kind"], loss_calls.original(saved["kind"]), dict(saved["options"]),
+            self._call = LossCall(saved["kind"], loss_calls.original(saved["kind"]), dict(saved["options"]),
                                    bool(saved.get("classes_last", False)))
 
     # --- the wrapped training_step --------------------------------------------------------------
@@ -529,7 +434,7 @@ class PlainLossStep:
         if record.calls == 0:
             raise BridgeConfigurationError(self._nothing_seen(record))
         if self._forward_used and not self._forward_checked:
-            if not _shares_storage(record.logits, record.forward_output) and not self._log_softmax_of_forward(record):
+            if not shares_storage(record.logits, record.forward_output) and not self._log_softmax_of_forward(record):
                 raise BridgeConfigurationError(
                     f"{_names(self._needy)} ranks the examples with {name}(inputs), but {name}'s training_step does "
                     "not give its loss the output of self(inputs) (it calls a submodule, passes more arguments or "
@@ -588,23 +493,23 @@ class PlainLossStep:
             return function(input, target, *args, **kwargs)
         classes_last = False
         derived = False
-        if not _same_tensor(target, record.target):
+        if not same_tensor(target, record.target):
             if self._relabelled(kind, input, target, record.target):
                 # y.view(-1) of the batch's (B, T) targets and logits.view(-1, C): the same values laid out as a
                 # classifier's (B, C, T) logits and (B, T) targets, so that every position keeps its sample
-                options = _options(kind, function, input, target, args, kwargs)
+                options = call_options(kind, function, input, target, args, kwargs)
                 input, classes_last = input.view(*record.target.shape, input.shape[1]).movedim(-1, 1), True
                 target = record.target
-            elif not record.calls and self._per_position_only and _class_indices_for(kind, input, target, record.target):
+            elif not record.calls and self._per_position_only and class_indices_for(kind, input, target, record.target):
                 # targets derived inside the step (Hugging Face shifts the labels): per-position algorithms only
-                options = _options(kind, function, input, target, args, kwargs)
+                options = call_options(kind, function, input, target, args, kwargs)
                 derived = True
             else:
                 shape = tuple(target.shape) if isinstance(target, torch.Tensor) else type(target).__name__
                 record.others.append(f"{kind} with targets {shape} that are not that tensor")
                 return function(input, target, *args, **kwargs)
         else:
-            options = _options(kind, function, input, target, args, kwargs)
+            options = call_options(kind, function, input, target, args, kwargs)
         if record.calls:
             return self._repeat_call(record, kind, function, input, options)
         record.calls = 1
@@ -627,7 +532,7 @@ class PlainLossStep:
             if ignored is not None and targets is shown:
                 targets = record.target  # no algorithm replaced them: the call's own index targets
             self._check_targets(kind, options, record.target, targets, input)
-            call = _LossCall(kind, function, options, classes_last)
+            call = LossCall(kind, function, options, classes_last)
             if self._source_used_in_step and self._call is not None and (call.kind, call.options) != (
                     self._call.kind, self._call.options):
                 raise BridgeConfigurationError(
@@ -647,7 +552,7 @@ class PlainLossStep:
         """The call's target is the batch's ``(B, T)`` class indices flattened, and its input one row of logits per position."""
         return (
             kind in ("cross_entropy", "nll_loss") and not batch_target.dtype.is_floating_point
-            and _flattened_view(target, batch_target)
+            and flattened_view(target, batch_target)
             and isinstance(input, torch.Tensor) and input.ndim == 2 and input.shape[0] == target.numel()
         )
 
@@ -655,7 +560,7 @@ class PlainLossStep:
         """Where the index targets equal the call's ``ignore_index``, when algorithms replace them by probabilities.
 
         torch ignores those positions only for index targets; with probability targets the bridge
-        leaves them out itself (:func:`_probability_loss`). Mixing algorithms are refused with an
+        leaves them out itself (:func:`~composer_bridge.lightning.loss_call.probability_loss`). Mixing algorithms are refused with an
         ``ignore_index`` of their own (:func:`_refusal`), so here only position-wise replacements act.
         """
         replacing = [a for a in self._needy if getattr(a, "replaces_targets", False)]
@@ -688,7 +593,7 @@ class PlainLossStep:
         kept = None
         if record.kept is not None and record.targets is not record.target:
             kept = record.target != options.get("ignore_index", -100)
-        return _LossCall(kind, function, options)(input, record.targets, kept=kept)
+        return LossCall(kind, function, options)(input, record.targets, kept=kept)
 
     def _check_targets(self, kind: str, options: Mapping[str, Any], original: torch.Tensor, targets: Any,
                        input: Any) -> None:
@@ -703,21 +608,7 @@ class PlainLossStep:
         where = f"{type(self.module).__name__}'s loss ({kind})"
         reason = _refusal(kind, options, replacing, where)
         if reason is None and kind == "nll_loss" and not self._log_probabilities_checked:
-            reason = _not_log_probabilities(input, _names(replacing), where)
+            reason = not_log_probabilities(input, _names(replacing), where)
             self._log_probabilities_checked = True
         if reason is not None:
             raise BridgeConfigurationError(reason)
-
-
-def _not_log_probabilities(input: Any, replacing: str, where: str) -> str | None:
-    """Why probability targets cannot go into this ``nll_loss``: its input is not log-probabilities (checked once)."""
-    if isinstance(input, torch.Tensor) and input.ndim >= 2 and input.shape[1] > 0:
-        total = torch.logsumexp(input.detach().float(), dim=1)
-        if bool(torch.allclose(total, torch.zeros_like(total), atol=1e-3)):
-            return None
-    return (
-        f"{replacing} replaces the targets by probabilities, and {where} is nll_loss, whose loss for probability "
-        "targets is -sum(p * input) only when its input is log-probabilities (log_softmax over dimension 1); this "
-        "input's exp does not sum to 1 over the classes. Fix: give nll_loss F.log_softmax(logits, dim=1) (or "
-        "nn.LogSoftmax(dim=1)), or return logits and use nn.CrossEntropyLoss / F.cross_entropy."
-    )
