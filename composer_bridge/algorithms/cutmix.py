@@ -151,6 +151,7 @@ class CutMix(Algorithm):
 
     unique = True
     augments_data = True
+    mixes_examples = True
     needs_loss_events = True
 
     def __init__(

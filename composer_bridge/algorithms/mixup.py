@@ -113,6 +113,7 @@ class MixUp(Algorithm):
 
     unique = True
     augments_data = True
+    mixes_examples = True
     needs_loss_events = True
 
     def __init__(

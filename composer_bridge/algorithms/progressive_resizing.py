@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import copy
 from typing import TYPE_CHECKING
 
 import torch
@@ -26,7 +27,7 @@ import torch.nn.functional as F
 from composer_bridge.algorithms._draws import random_int
 from composer_bridge.algorithms._schedule import elapsed_fraction, fraction_of_run, schedule_point
 from composer_bridge.core.algorithm import Algorithm
-from composer_bridge.core.batch import BatchKey
+from composer_bridge.core.batch import BatchKey, set_batch_item
 from composer_bridge.core.event import Event
 from composer_bridge.core.time import TimeUnit
 
@@ -40,6 +41,17 @@ _MODES = ("crop", "resize")
 
 
 # --- the functional form -----------------------------------------------------------------------
+
+def _forward_inputs(model: torch.nn.Module, batch: object, input_key: BatchKey, inputs: torch.Tensor) -> object:
+    """The model's outputs on ``inputs`` in the batch's place, called the way the model is called.
+
+    A model with ``loss(outputs, batch)`` (a ComposerModule) gets the batch with the inputs
+    replaced; any other model (a plain LightningModule, ``self(x)``) gets the inputs alone.
+    """
+    if callable(getattr(model, "loss", None)):
+        return model(set_batch_item(copy.copy(batch), input_key, inputs))
+    return model(inputs)
+
 
 def _nearest(tensor: torch.Tensor, scale_factor: float) -> torch.Tensor:
     """Nearest-neighbour resize to ``int(scale_factor * side)``; output pixel ``i`` reads ``floor(i / scale_factor)``."""
@@ -193,6 +205,7 @@ size_increment=4, resize_targets=False, input_key=0, target_key=1)
         self.resize_targets = resize_targets
         self.input_key = input_key
         self.target_key = target_key
+        self._size_checked = False
 
     def scale_at(self, state: State) -> float:
         """The schedule's size factor at the current point of the run (before rounding the width)."""
@@ -212,6 +225,67 @@ size_increment=4, resize_targets=False, input_key=0, target_key=1)
     def match(self, event: Event, state: State) -> bool:
         return event == Event.AFTER_DATALOADER
 
+    def _pinned(self, scale: float, width: int) -> float:
+        """``scale`` rounded so that the width is a multiple of ``size_increment``."""
+        increments = max(1, round(width * scale / self.size_increment))
+        return increments * self.size_increment / width
+
+    def _check_model_takes_smallest(self, state: State, input: torch.Tensor) -> None:
+        """Refuse, with the model's limit and the fix, a model that does not take the smallest size of the schedule.
+
+        One example goes through the model without gradients, in eval mode (no BatchNorm statistics
+        change, no dropout draw), at full size and at ``initial_scale``. Where the full size fails too,
+        the model takes more than the images alone, and nothing is concluded.
+        """
+        smallest = self._pinned(self.initial_scale, input.shape[-1])
+        if smallest >= 1:
+            return
+        model = state.model
+        example = input[:1]
+
+        def runs(scale: float) -> Exception | None:
+            # the size alone matters: resize (a crop would draw from the global generator)
+            images = resize_batch(example, example, scale, "resize")[0] if scale < 1 else example
+            try:
+                _forward_inputs(model, state.batch, self.input_key, images)
+            except Exception as error:  # torch's message, reported in ours
+                return error
+            return None
+
+        training = bool(getattr(model, "training", False))
+        model.eval()
+        try:
+            with torch.no_grad():
+                if runs(1.0) is not None:
+                    return
+                error = runs(smallest)
+                if error is None:
+                    return
+                steps = range(round(input.shape[-1] * smallest / self.size_increment) + 1,
+                              round(input.shape[-1] / self.size_increment) + 1)
+                accepted = next((self._pinned(k * self.size_increment / input.shape[-1], input.shape[-1])
+                                 for k in steps if runs(k * self.size_increment / input.shape[-1]) is None), 1.0)
+        finally:
+            model.train(training)
+        height, width = input.shape[-2], input.shape[-1]
+        small = f"{max(1, int(smallest * height))}x{max(1, int(smallest * width))}"
+        limit = (
+            f"it takes only the full {height}x{width}" if accepted >= 1
+            else f"the smallest size it takes is {max(1, int(accepted * height))}x{max(1, int(accepted * width))} "
+                 f"(scale {accepted:g})"
+        )
+        fix = (
+            "remove ProgressiveResizing, or use a model that takes any image size (a ViT with interpolated position "
+            "embeddings, e.g. timm's dynamic_img_size=True)" if accepted >= 1
+            else f"ProgressiveResizing(initial_scale={accepted:g}) or larger, or a model that takes smaller images "
+                 "(timm's dynamic_img_size=True for ViTs)"
+        )
+        raise ValueError(
+            f"ProgressiveResizing(initial_scale={self.initial_scale}, mode={self.mode!r}) starts the run on "
+            f"{small} images (from {height}x{width}), but {type(model).__name__} fails on them "
+            f"({type(error).__name__}: {' '.join(str(error).split())}); {limit}. Fix: {fix}."
+        )
+
     def apply(self, event: Event, state: State, logger: Logger) -> None:
         input = state.batch_get_item(self.input_key)
         target = state.batch_get_item(self.target_key)
@@ -220,10 +294,11 @@ size_increment=4, resize_targets=False, input_key=0, target_key=1)
                 f"ProgressiveResizing needs an image tensor (N, C, H, W) at input_key={self.input_key!r}, got "
                 f"{type(input).__name__}{tuple(input.shape) if isinstance(input, torch.Tensor) else ''}."
             )
+        if not self._size_checked:  # the first batch: before any step, try the smallest size on the model
+            self._size_checked = True
+            self._check_model_takes_smallest(state, input)
         scale = self.scale_at(state)
-        width = input.shape[-1]
-        increments = max(1, round(width * scale / self.size_increment))
-        pinned = increments * self.size_increment / width
+        pinned = self._pinned(scale, input.shape[-1])
         # Only a crop that shrinks draws anything; its generator is positional, so skipping it elsewhere
         # changes no draw (resumed runs still crop where the uninterrupted run did).
         draws = self.mode == "crop" and pinned < 1

@@ -25,7 +25,8 @@ from __future__ import annotations
 import contextlib
 import copy
 import inspect
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -35,6 +36,7 @@ from composer_bridge.algorithms._schedule import elapsed_fraction, fraction_of_r
 from composer_bridge.core.algorithm import Algorithm
 from composer_bridge.core.batch import BatchKey, set_batch_item
 from composer_bridge.core.event import Event
+from composer_bridge.core.loss_source import LossNotSeenYet
 from composer_bridge.core.time import Time, TimeUnit
 
 if TYPE_CHECKING:
@@ -127,6 +129,20 @@ def select_using_loss(
         >>> x.shape, y.shape
         (torch.Size([3, 3]), torch.Size([3]))
     """
+    chosen = _selected_examples(input, target, model, loss_fun, keep, scale_factor, generator)
+    return input[chosen], target[chosen]
+
+
+def _selected_examples(
+    input: torch.Tensor,
+    target: torch.Tensor,
+    model: Callable[[torch.Tensor], Any],
+    loss_fun: Callable[..., torch.Tensor],
+    keep: float,
+    scale_factor: float,
+    generator: torch.Generator | None,
+) -> torch.Tensor:
+    """The indices :func:`select_using_loss` keeps, in the drawn order."""
     _check_keep(keep, "select_using_loss")
     _check_scale(scale_factor, "select_using_loss")
     if not callable(loss_fun):
@@ -141,8 +157,11 @@ def select_using_loss(
         )
     with torch.no_grad():
         losses = _per_example(loss_fun(model(_downscale(input, scale_factor)), target, reduction="none"), input)
-        chosen = _loss_weighted_choice(losses, keep, generator)
-    return input[chosen], target[chosen]
+        return _loss_weighted_choice(losses, keep, generator)
+
+
+def _per_example_tensor(value: Any, input: torch.Tensor) -> bool:
+    return isinstance(value, torch.Tensor) and value.ndim > 0 and value.shape[0] == input.shape[0]
 
 
 def _downscale(input: torch.Tensor, scale_factor: float) -> torch.Tensor:
@@ -266,6 +285,7 @@ target_key=1, loss_fn=None)
         self.input_key = input_key
         self.target_key = target_key
         self.loss_fn = loss_fn
+        self._told_unselected = False  # the warning for a step taken whole before the loss was known, given once
 
     def match(self, event: Event, state: State) -> bool:
         if event != Event.AFTER_DATALOADER or self.keep >= 1:
@@ -305,13 +325,25 @@ target_key=1, loss_fn=None)
                 return source.loss(outputs, targets, reduction="none")
             return self._per_example_loss(model, outputs, batch, targets)
 
-        with _autocast(state, input.device):
-            new_input, new_target = select_using_loss(
-                input, target, forward, per_example_loss, self.keep, self.scale_factor,
-                generator=state.generator(type(self).__name__, input.device),
-            )
-        state.batch_set_item(self.input_key, new_input)
-        state.batch_set_item(self.target_key, new_target)
+        try:
+            with _autocast(state, input.device):
+                chosen = _selected_examples(
+                    input, target, forward, per_example_loss, self.keep, self.scale_factor,
+                    state.generator(type(self).__name__, input.device),
+                )
+        except LossNotSeenYet as error:  # a plain module before its first step: this step trains on the whole batch
+            if not self._told_unselected:
+                warnings.warn(f"SelectiveBackprop: {error} This step trains on the whole batch.", stacklevel=2)
+                self._told_unselected = True
+            return
+        if isinstance(state.batch, Mapping):  # a dict batch's other per-example tensors (attention_mask, ...) too
+            pruned = copy.copy(state.batch)
+            for key, value in state.batch.items():
+                if _per_example_tensor(value, input):
+                    pruned[key] = value[chosen]
+            state.batch = pruned
+        state.batch_set_item(self.input_key, input[chosen])
+        state.batch_set_item(self.target_key, target[chosen])
 
     def _check_loss_source(self, model: Any) -> None:
         if self.loss_fn is None and not callable(getattr(model, "loss", None)):

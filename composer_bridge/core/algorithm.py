@@ -78,6 +78,10 @@ class Algorithm(ABC):
     #: Turns the targets into probabilities at ``BEFORE_LOSS`` (LabelSmoothing; MixUp and CutMix
     #: without loss interpolation): the bridge refuses a plain module's loss that cannot take them.
     replaces_targets: bool = False
+    #: Combines each example with a partner from the batch (MixUp, CutMix), inputs and targets: a
+    #: target position ignored in one example (``ignore_index``) is not ignored in its partner, so
+    #: the bridge refuses such losses when it mixes the targets themselves.
+    mixes_examples: bool = False
 
     # --- what it needs from the training loop (refused at setup when missing) -----------------
     #: Acts between the forward pass and the loss (the BEFORE_FORWARD ... AFTER_LOSS events): a

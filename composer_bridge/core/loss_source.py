@@ -28,7 +28,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-__all__ = ["LossSource"]
+__all__ = ["LossNotSeenYet", "LossSource"]
 
 
 @runtime_checkable
@@ -43,3 +43,11 @@ class LossSource(Protocol):
 
         ``reduction="none"`` gives one loss per example.
         """
+
+
+class LossNotSeenYet(RuntimeError):
+    """Raised by :meth:`LossSource.loss` before the source has seen the loss it stands for.
+
+    A plain module's loss is learnt from its first training step; an algorithm that asks for it
+    earlier (``SelectiveBackprop(start=0.0)``) catches this and leaves that step alone.
+    """

@@ -100,6 +100,9 @@ class HuggingFaceModelMixin(ComposerModuleMixin):
         ('sequence_classification', 3)
     """
 
+    #: where the algorithms find the inputs and targets of a Hugging Face batch (see composer_bridge.lightning.batch_keys)
+    batch_keys = {"input_key": "input_ids", "target_key": "labels"}
+
     def __init__(
         self,
         model: nn.Module,

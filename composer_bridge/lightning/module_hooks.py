@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from composer_bridge.core.algorithm import declaring
 from composer_bridge.core.event import Event
 from composer_bridge.lightning import _compat
 from composer_bridge.lightning.hook_map import HOOK_EVENTS
@@ -133,7 +134,7 @@ class ModuleHooks:
         needs them, see :mod:`~composer_bridge.lightning.plain_loss`), and eval/predict forward events."""
         bridge = self._bridge
         training_step = self._patches.original("training_step")
-        if bridge.state is not None and any(a.needs_loss_events for a in bridge.state.algorithms):
+        if bridge.state is not None and declaring(bridge.state.algorithms, "needs_loss_events"):
             self._plain_loss = plain = PlainLossStep(self.module, bridge, training_step)
             self._patches.set("training_step", plain.step)
         else:

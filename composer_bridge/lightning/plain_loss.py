@@ -22,6 +22,20 @@ Both end in a call of ``torch.nn.functional.cross_entropy`` (or ``binary_cross_e
 3. after the step, ``BEFORE_BACKWARD`` on the loss the step returned (MixUp's and CutMix's
    ``interpolate_loss=True`` act here, through :class:`~composer_bridge.core.loss_source.LossSource`).
 
+Sequence shapes, recognised in step 2:
+
+- **flattened targets**: ``F.cross_entropy(logits.view(-1, C), y.view(-1))`` where ``y.view(-1)``
+  shares the storage of the batch's ``(B, T)`` targets, element for element: the call's logits are
+  shown to the algorithms, and the call computed, as a classifier's ``(B, C, T)`` logits against
+  the ``(B, T)`` targets, so per-sample algorithms pair and select samples, not positions;
+- **ignored positions**: with algorithms that replace targets position by position (LabelSmoothing),
+  the positions equal to the call's ``ignore_index`` get all-zero target rows and the mean is over
+  the others, as torch computes it for index targets;
+- **targets derived inside the step** (a Hugging Face model's shifted labels): when every loss
+  algorithm acts position by position, the first cross-entropy/nll call on class indices of the
+  labels' dtype is the loss;
+- **nll_loss** with probability targets is ``-sum(p * input)``, checked once to read log-probabilities.
+
 The loss is then exactly the one a ComposerModule computes with the same network and loss
 function: the same targets go into the same function. The user's code never sees the new
 targets: its ``y`` is still the batch's tensor, so metrics computed from it (torchmetrics),
@@ -30,8 +44,9 @@ logging and validation see the real labels.
 What cannot be made exact is refused, at setup where the module shows it (a criterion
 submodule's options, manual optimization) and otherwise in the first step that shows it, before
 any backward pass (so no weight changes): a step that never calls a supported loss on the
-batch's targets, ``nll_loss`` or ``ignore_index``/``label_smoothing`` with targets turned into
-probabilities, derived targets (``y.float()``), a batch that is a bare tensor.
+batch's targets, ``nll_loss`` on values that are not log-probabilities, an ``ignore_index`` with
+targets mixed across examples, ``label_smoothing=`` with targets turned into probabilities, derived
+targets (``y.float()``, a copy) for algorithms that act per sample, a batch that is a bare tensor.
 
 Example:
     >>> import torch
@@ -59,10 +74,21 @@ from typing import Any
 
 import torch
 
-from composer_bridge.core.batch import BatchKey, get_batch_item
+from composer_bridge.core.algorithm import declaring
+from composer_bridge.core.batch import BatchKey, get_batch_item, set_batch_item
+from composer_bridge.core.loss_source import LossNotSeenYet
 from composer_bridge.lightning import loss_calls
+from composer_bridge.lightning.errors import BridgeConfigurationError
 from composer_bridge.lightning.hook_map import HOOK_EVENTS
-from composer_bridge.lightning.setup_checks import BridgeConfigurationError
+from composer_bridge.lightning.loss_call import (
+    LossCall,
+    call_options,
+    class_indices_for,
+    flattened_view,
+    not_log_probabilities,
+    same_tensor,
+    shares_storage,
+)
 
 __all__ = ["CHECKPOINT_KEY", "PlainLossStep", "check_plain_module"]
 
@@ -85,7 +111,7 @@ _FIX_SHAPE = (
 
 
 def _needy(algorithms: Sequence[Any]) -> list[Any]:
-    return [a for a in algorithms if getattr(a, "needs_loss_events", False)]
+    return declaring(algorithms, "needs_loss_events")
 
 
 def _names(algorithms: Sequence[Any]) -> str:
@@ -103,28 +129,30 @@ def _common_key(algorithms: Sequence[Any], attribute: str, default: BatchKey | N
     return keys[0][1] if keys else default
 
 
-def _refusal(kind: str, options: Mapping[str, Any], replacing: str, where: str) -> str | None:
-    """Why ``kind`` with ``options`` cannot take the probability targets ``replacing`` produce, if it cannot."""
-    if kind == "nll_loss":
-        return (
-            f"{replacing} replaces the targets by probabilities, but {where} is nll_loss, which takes class indices "
-            "only (it reads log-probabilities, so smoothed or mixed targets cannot be given to it). Fix: return logits "
-            "and use nn.CrossEntropyLoss / F.cross_entropy (the same loss on logits), or use "
-            "MixUp/CutMix(interpolate_loss=True), which keep index targets."
-        )
-    if kind != "cross_entropy":
+def _refusal(kind: str, options: Mapping[str, Any], replacing: Sequence[Any], where: str) -> str | None:
+    """Why ``kind`` with ``options`` cannot take the probability targets ``replacing`` produce, if it cannot.
+
+    ``nll_loss`` can, on log-probabilities (checked in the first step, where its input shows); an
+    ``ignore_index`` can for algorithms that replace each target position by itself (LabelSmoothing),
+    whose ignored positions are left out exactly as torch leaves them out, but not for algorithms that
+    mix an example's targets with a partner's (MixUp, CutMix): the partner's positions are not ignored.
+    """
+    if kind not in ("cross_entropy", "nll_loss"):
         return None
+    names = _names(replacing)
     ignore_index = options.get("ignore_index", -100)
-    if ignore_index != -100:
+    mixing = [a for a in replacing if getattr(a, "mixes_examples", False)]
+    if ignore_index != -100 and mixing:
         return (
-            f"{replacing} replaces the targets by probabilities, but {where} has ignore_index={ignore_index}, which "
-            "cross_entropy applies to class indices only: the ignored positions would be trained on. Fix: drop "
-            "ignore_index (or use MixUp/CutMix(interpolate_loss=True))."
+            f"{_names(mixing)} mixes each example's targets with a partner's, but {where} has "
+            f"ignore_index={ignore_index}: a position ignored in one example is a real target in its partner, so the "
+            "mixed targets cannot leave the ignored positions out. Fix: use "
+            f"{_names(mixing)}(interpolate_loss=True) (each loss keeps its own ignored positions), or drop ignore_index."
         )
     smoothing = options.get("label_smoothing", 0.0)
     if smoothing:
         return (
-            f"{replacing} replaces the targets by probabilities, but {where} has label_smoothing={smoothing}, which "
+            f"{names} replaces the targets by probabilities, but {where} has label_smoothing={smoothing}, which "
             "cross_entropy would apply on top of them (smoothing twice, or smoothing mixed targets). Fix: drop "
             "label_smoothing= from the loss and use composer_bridge.algorithms.LabelSmoothing(" f"{smoothing}) instead."
         )
@@ -142,6 +170,7 @@ def check_plain_module(algorithms: Sequence[Any], module: torch.nn.Module) -> No
         return
     _common_key(needy, "target_key", 1)
     _common_key(needy, "input_key", 0)
+    _check_forward_takes_inputs(needy, module)
     interpolating = [a for a in needy if getattr(a, "interpolates_loss", False)]
     if interpolating and not getattr(module, "automatic_optimization", True):
         raise BridgeConfigurationError(
@@ -162,24 +191,30 @@ def check_plain_module(algorithms: Sequence[Any], module: torch.nn.Module) -> No
             f"{_names(replacing)} replaces the targets by probabilities at BEFORE_LOSS, but the only loss module of "
             f"{where} is not one the bridge can give them to (cross-entropy, BCE-with-logits, BCE). Fix: {_FIX_SHAPE}."
         )
-    reason = _refusal(kind, _criterion_options(criterion), _names(replacing), where)
+    reason = _refusal(kind, _criterion_options(criterion), replacing, where)
     if reason is not None:
         raise BridgeConfigurationError(reason)
 
 
-@dataclass
-class _LossCall:
-    """A loss function the step was seen to call, with the options it was called with."""
-
-    kind: str
-    function: Callable[..., Any]
-    options: dict[str, Any]
-
-    def __call__(self, outputs: Any, targets: Any, reduction: str | None = None) -> torch.Tensor:
-        options = self.options if reduction is None else {**self.options, "reduction": reduction}
-        if any(isinstance(v, torch.Tensor) and v.device != outputs.device for v in options.values()):
-            options = {k: v.to(outputs.device) if isinstance(v, torch.Tensor) else v for k, v in options.items()}
-        return self.function(outputs, _as_loss_targets(self.kind, outputs, targets), **options)
+def _check_forward_takes_inputs(needy: Sequence[Any], module: torch.nn.Module) -> None:
+    """Refuse, at setup, ranking examples with ``module(inputs)`` when ``forward`` needs more than the inputs."""
+    ranking = [a for a in needy if not getattr(a, "interpolates_loss", False) and not getattr(a, "replaces_targets", False)]
+    if not ranking or not callable(getattr(module, "forward", None)):
+        return
+    try:
+        parameters = inspect.signature(module.forward).parameters.values()
+    except (TypeError, ValueError):
+        return
+    required = [p.name for p in parameters if p.default is p.empty
+                and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    if len(required) > 1:
+        name = type(module).__name__
+        raise BridgeConfigurationError(
+            f"{_names(ranking)} runs {name}'s forward on the batch's inputs alone (module(inputs)) to rank the "
+            f"examples, but {name}.forward takes {', '.join(required)} (missing 1 required positional argument: "
+            f"{required[1]!r}). Fix: make forward(inputs) return the logits training_step gives its loss, or "
+            "subclass composer_bridge.ComposerModule (forward(batch) and loss(outputs, batch))."
+        )
 
 
 @dataclass
@@ -194,51 +229,11 @@ class _Step:
     targets: Any = None
     forward_output: Any = None
     others: list[str] = field(default_factory=list)
+    kept: Any = None  # the positions the loss keeps (not ignore_index) when the algorithms replaced the targets
 
 
-def _as_loss_targets(kind: str, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    # ComposerClassifier's soft_cross_entropy gives probability targets to cross_entropy in the logits' dtype.
-    if kind == "cross_entropy" and targets.dtype.is_floating_point and targets.shape == logits.shape:
-        return targets.to(logits.dtype)
-    return targets
-
-
-def _same_tensor(candidate: Any, target: torch.Tensor) -> bool:
-    """``candidate`` is ``target`` or a same-shaped view of it (``y.view(-1)`` of a 1-D ``y``, ``y.long()`` of a long ``y``)."""
-    if candidate is target:
-        return True
-    return (
-        isinstance(candidate, torch.Tensor)
-        and candidate.shape == target.shape
-        and candidate.dtype == target.dtype
-        and candidate.device == target.device
-        and candidate.stride() == target.stride()
-        and candidate.data_ptr() == target.data_ptr()
-    )
-
-
-def _shares_storage(candidate: Any, output: Any) -> bool:
-    """The loss's input is the module's output, or a reshaped view of it (``logits.view(-1, C)``)."""
-    if candidate is output:
-        return True
-    return (
-        isinstance(candidate, torch.Tensor) and isinstance(output, torch.Tensor)
-        and candidate.data_ptr() == output.data_ptr() and candidate.numel() == output.numel()
-    )
-
-
-_SIGNATURES: dict[str, inspect.Signature] = {}
-
-
-def _options(kind: str, function: Callable[..., Any], input: Any, target: Any, args: tuple[Any, ...],
-             kwargs: dict[str, Any]) -> dict[str, Any]:
-    if not args:  # the usual call, options by keyword: nothing to bind
-        return dict(kwargs)
-    signature = _SIGNATURES.get(kind)
-    if signature is None:
-        signature = _SIGNATURES[kind] = inspect.signature(function)
-    bound = signature.bind(input, target, *args, **kwargs).arguments
-    return {name: value for name, value in list(bound.items())[2:]}
+class _LossNotSeen(BridgeConfigurationError, LossNotSeenYet):
+    """The loss was asked for before a step showed it (SelectiveBackprop then leaves that step whole)."""
 
 
 class PlainLossStep:
@@ -284,13 +279,19 @@ class PlainLossStep:
         self._loss_users = [
             a for a in needy if getattr(a, "interpolates_loss", False) or not getattr(a, "replaces_targets", False)
         ]
-        self._call: _LossCall | None = None
+        self._call: LossCall | None = None
         self._several_calls = False
         self._forward_used = False  # SelectiveBackprop ran module(inputs): check that training_step does the same
         self._forward_checked = False
         self._step: _Step | None = None
         self._batch_checked = False
         self._source_used_in_step = False
+        self._log_probabilities_checked = False
+        # LabelSmoothing acts on each target position by itself, so it can act on targets the step derives
+        # (Hugging Face's shifted labels); algorithms that act per sample need the batch's own targets
+        self._per_position_only = all(
+            getattr(a, "replaces_targets", False) and not getattr(a, "mixes_examples", False) for a in needy
+        )
         self._state = state
         state.loss_source = self
 
@@ -304,7 +305,7 @@ class PlainLossStep:
         """``module(inputs)``; the next step checks that its training_step computes its logits this way."""
         self._forward_used = True
         try:
-            return self.module(inputs)
+            outputs = self.module(inputs)
         except Exception as error:
             raise BridgeConfigurationError(
                 f"{_names(self._needy)} runs {type(self.module).__name__}'s forward on the batch's inputs alone "
@@ -312,17 +313,23 @@ class PlainLossStep:
                 f"{error}). Fix: make forward(inputs) return the logits training_step gives its loss, or subclass "
                 "composer_bridge.ComposerModule (forward(batch) and loss(outputs, batch))."
             ) from error
+        call = self._call
+        if call is None or not isinstance(outputs, torch.Tensor):
+            return outputs
+        if call.classes_last and outputs.ndim > 2:
+            outputs = outputs.movedim(-1, 1)  # (B, T, C) as the loss call saw them: (B, C, T)
+        if call.kind == "nll_loss":  # the step's nll_loss reads log_softmax(self(x)); of log-probabilities, the same
+            outputs = torch.log_softmax(outputs, dim=1)
+        return outputs
 
     def loss(self, outputs: Any, targets: Any, reduction: str | None = None) -> torch.Tensor:
         """The loss the steps were seen to compute (its function and options), on ``targets``."""
         call = self._call
         if call is None:
-            raise BridgeConfigurationError(
-                f"{_names(self._loss_users or self._needy)} needs {type(self.module).__name__}'s loss before its training_step has run once "
-                "(the bridge learns the loss function and its options from a step, and a checkpoint written with "
-                "the bridge after a step records them). Fix: start it after the first step "
-                "(SelectiveBackprop(start='1ba') or later; the default is half-way through the run), or resume from a "
-                "checkpoint the bridge wrote after a training step."
+            raise _LossNotSeen(
+                f"{_names(self._loss_users or self._needy)} needs {type(self.module).__name__}'s loss before its "
+                "training_step has run once (the bridge learns the loss function and its options from a step, and a "
+                "checkpoint written with the bridge after a step records them)."
             )
         if self._several_calls:
             raise BridgeConfigurationError(
@@ -339,13 +346,14 @@ class PlainLossStep:
         """The loss function and options seen so far (plain data), for ``checkpoint[CHECKPOINT_KEY]``."""
         if self._call is None:
             return None
-        return {"kind": self._call.kind, "options": dict(self._call.options)}
+        return {"kind": self._call.kind, "options": dict(self._call.options), "classes_last": self._call.classes_last}
 
     def load_from(self, checkpoint: dict[str, Any]) -> None:
         """Take the loss a checkpoint recorded, unless this run has seen one already."""
         saved = checkpoint.get(CHECKPOINT_KEY)
         if self._call is None and isinstance(saved, dict) and saved.get("kind") in loss_calls.INTERCEPTED:
-            self._call = _LossCall(saved["kind"], loss_calls.original(saved["kind"]), dict(saved["options"]))
+            self._call = LossCall(saved["kind"], loss_calls.original(saved["kind"]), dict(saved["options"]),
+                                   bool(saved.get("classes_last", False)))
 
     # --- the wrapped training_step --------------------------------------------------------------
     def step(self, *args: Any, **kwargs: Any) -> Any:
@@ -405,7 +413,8 @@ class PlainLossStep:
             except KeyError as error:
                 raise BridgeConfigurationError(
                     f"{_names(self._needy)} reads the {what} at {key!r}: {error.args[0]} Fix: pass "
-                    f"target_key=/input_key= naming them."
+                    f"target_key=/input_key= naming them, or declare them on the module once: "
+                    f"batch_keys = {{'input_key': ..., 'target_key': ...}}."
                 ) from None
             if what == "targets" and not isinstance(item, torch.Tensor):
                 raise BridgeConfigurationError(
@@ -425,7 +434,7 @@ class PlainLossStep:
         if record.calls == 0:
             raise BridgeConfigurationError(self._nothing_seen(record))
         if self._forward_used and not self._forward_checked:
-            if not _shares_storage(record.logits, record.forward_output):
+            if not shares_storage(record.logits, record.forward_output) and not self._log_softmax_of_forward(record):
                 raise BridgeConfigurationError(
                     f"{_names(self._needy)} ranks the examples with {name}(inputs), but {name}'s training_step does "
                     "not give its loss the output of self(inputs) (it calls a submodule, passes more arguments or "
@@ -442,6 +451,17 @@ class PlainLossStep:
                 "exactly. Fix: use interpolate_loss=False (the targets are mixed instead), or return the loss call's value."
             )
 
+    def _log_softmax_of_forward(self, record: _Step) -> bool:
+        """An ``nll_loss`` whose input is ``log_softmax(self(inputs))`` over the classes (checked on the values, once)."""
+        output, logits = record.forward_output, record.logits
+        if self._call is None or self._call.kind != "nll_loss" or not isinstance(output, torch.Tensor):
+            return False
+        if self._call.classes_last and output.ndim > 2:
+            output = output.movedim(-1, 1)
+        if not isinstance(logits, torch.Tensor) or output.shape != logits.shape:
+            return False
+        return bool(torch.allclose(torch.log_softmax(output.detach().float(), dim=1), logits.detach().float(), atol=1e-5))
+
     def _nothing_seen(self, record: _Step) -> str:
         name = type(self.module).__name__
         seen = "; ".join(record.others) if record.others else "no call of cross_entropy, binary_cross_entropy(_with_logits) or nll_loss at all"
@@ -452,6 +472,13 @@ class PlainLossStep:
             if direct else ""
         )
         target = record.target
+        per_sample = [a for a in self._needy if not getattr(a, "replaces_targets", False) or getattr(a, "mixes_examples", False)]
+        if record.others and per_sample:
+            hint += (
+                f" {_names(per_sample)} acts per sample, so it needs the batch's own target tensor (or a view of it: "
+                "y.view(-1)) to map each target back to its sample; targets derived inside the model (Hugging Face "
+                "shifts the labels inside model(**batch).loss) lose that map. LabelSmoothing alone can act on them."
+            )
         return (
             f"{_names(self._needy)} acts on the loss {name}'s training_step computes from the batch's targets "
             f"(batch[{self.target_key!r}], {tuple(target.shape)} {target.dtype}), but the step computed its loss "
@@ -462,12 +489,27 @@ class PlainLossStep:
     def _on_loss_call(self, kind: str, function: Callable[..., Any], input: Any, target: Any,
                       args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         record = self._step
-        if record is None or not _same_tensor(target, record.target):
-            if record is not None:
+        if record is None:
+            return function(input, target, *args, **kwargs)
+        classes_last = False
+        derived = False
+        if not same_tensor(target, record.target):
+            if self._relabelled(kind, input, target, record.target):
+                # y.view(-1) of the batch's (B, T) targets and logits.view(-1, C): the same values laid out as a
+                # classifier's (B, C, T) logits and (B, T) targets, so that every position keeps its sample
+                options = call_options(kind, function, input, target, args, kwargs)
+                input, classes_last = input.view(*record.target.shape, input.shape[1]).movedim(-1, 1), True
+                target = record.target
+            elif not record.calls and self._per_position_only and class_indices_for(kind, input, target, record.target):
+                # targets derived inside the step (Hugging Face shifts the labels): per-position algorithms only
+                options = call_options(kind, function, input, target, args, kwargs)
+                derived = True
+            else:
                 shape = tuple(target.shape) if isinstance(target, torch.Tensor) else type(target).__name__
                 record.others.append(f"{kind} with targets {shape} that are not that tensor")
-            return function(input, target, *args, **kwargs)
-        options = _options(kind, function, input, target, args, kwargs)
+                return function(input, target, *args, **kwargs)
+        else:
+            options = call_options(kind, function, input, target, args, kwargs)
         if record.calls:
             return self._repeat_call(record, kind, function, input, options)
         record.calls = 1
@@ -478,10 +520,19 @@ class PlainLossStep:
         batch = state.batch
         state.batch = copy.copy(batch)  # the algorithms' targets go into a copy: the user's batch keeps its own
         try:
+            if derived:  # the algorithms act on the targets this call was given, in the batch's place
+                state.batch = set_batch_item(state.batch, self.target_key, target)
+                record.target = target
+            ignored = self._ignored_positions(kind, options, record.target)
+            if ignored is not None:  # the algorithms see a valid class there; the loss leaves those positions out
+                state.batch = set_batch_item(state.batch, self.target_key, record.target.masked_fill(ignored, 0))
+                shown = get_batch_item(state.batch, self.target_key)
             bridge.fire_event(BEFORE_LOSS)
             targets = get_batch_item(state.batch, self.target_key)
-            self._check_targets(kind, options, record.target, targets)
-            call = _LossCall(kind, function, options)
+            if ignored is not None and targets is shown:
+                targets = record.target  # no algorithm replaced them: the call's own index targets
+            self._check_targets(kind, options, record.target, targets, input)
+            call = LossCall(kind, function, options, classes_last)
             if self._source_used_in_step and self._call is not None and (call.kind, call.options) != (
                     self._call.kind, self._call.options):
                 raise BridgeConfigurationError(
@@ -489,12 +540,35 @@ class PlainLossStep:
                     f"but the step computes {kind}{options}. Fix: compute the same loss in every step."
                 )
             self._call = call
-            state.loss = call(input, targets)
+            record.kept = None if ignored is None else ~ignored
+            state.loss = call(input, targets, kept=record.kept if targets is not record.target else None)
             bridge.fire_event(AFTER_LOSS)
         finally:
             state.batch = batch
         record.logits, record.targets, record.result = input, targets, state.loss
         return state.loss
+
+    def _relabelled(self, kind: str, input: Any, target: Any, batch_target: torch.Tensor) -> bool:
+        """The call's target is the batch's ``(B, T)`` class indices flattened, and its input one row of logits per position."""
+        return (
+            kind in ("cross_entropy", "nll_loss") and not batch_target.dtype.is_floating_point
+            and flattened_view(target, batch_target)
+            and isinstance(input, torch.Tensor) and input.ndim == 2 and input.shape[0] == target.numel()
+        )
+
+    def _ignored_positions(self, kind: str, options: Mapping[str, Any], target: torch.Tensor) -> torch.Tensor | None:
+        """Where the index targets equal the call's ``ignore_index``, when algorithms replace them by probabilities.
+
+        torch ignores those positions only for index targets; with probability targets the bridge
+        leaves them out itself (:func:`~composer_bridge.lightning.loss_call.probability_loss`). Mixing algorithms are refused with an
+        ``ignore_index`` of their own (:func:`_refusal`), so here only position-wise replacements act.
+        """
+        replacing = [a for a in self._needy if getattr(a, "replaces_targets", False)]
+        if kind not in ("cross_entropy", "nll_loss") or target.dtype.is_floating_point or not replacing:
+            return None
+        if any(getattr(a, "mixes_examples", False) for a in replacing):
+            return None
+        return target == options.get("ignore_index", -100)
 
     def _repeat_call(self, record: _Step, kind: str, function: Callable[..., Any], input: Any,
                      options: dict[str, Any]) -> Any:
@@ -515,10 +589,14 @@ class PlainLossStep:
                 f"where the first had {tuple(record.logits.shape)}; {_names(self._needy)} made the targets for the "
                 "first. Fix: compute the losses on outputs of one shape, or subclass composer_bridge.ComposerModule."
             )
-        self._check_targets(kind, options, record.target, record.targets)
-        return _LossCall(kind, function, options)(input, record.targets)
+        self._check_targets(kind, options, record.target, record.targets, input)
+        kept = None
+        if record.kept is not None and record.targets is not record.target:
+            kept = record.target != options.get("ignore_index", -100)
+        return LossCall(kind, function, options)(input, record.targets, kept=kept)
 
-    def _check_targets(self, kind: str, options: Mapping[str, Any], original: torch.Tensor, targets: Any) -> None:
+    def _check_targets(self, kind: str, options: Mapping[str, Any], original: torch.Tensor, targets: Any,
+                       input: Any) -> None:
         if targets is original:
             return
         to_probabilities = (
@@ -527,6 +605,10 @@ class PlainLossStep:
         if not to_probabilities:
             return
         replacing = [a for a in self._needy if getattr(a, "replaces_targets", False)] or self._needy
-        reason = _refusal(kind, options, _names(replacing), f"{type(self.module).__name__}'s loss ({kind})")
+        where = f"{type(self.module).__name__}'s loss ({kind})"
+        reason = _refusal(kind, options, replacing, where)
+        if reason is None and kind == "nll_loss" and not self._log_probabilities_checked:
+            reason = not_log_probabilities(input, _names(replacing), where)
+            self._log_probabilities_checked = True
         if reason is not None:
             raise BridgeConfigurationError(reason)

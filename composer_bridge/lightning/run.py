@@ -39,6 +39,7 @@ from composer_bridge.core.logger import Logger
 from composer_bridge.core.state import State
 from composer_bridge.core.time import Time, Timestamp, TimeUnit
 from composer_bridge.lightning import _compat
+from composer_bridge.lightning.batch_keys import give_declared_keys
 from composer_bridge.lightning.hook_map import HOOK_EVENTS
 from composer_bridge.lightning.module import ComposerModuleMixin, _batch_size, attach_bridge, detach_bridge
 from composer_bridge.lightning.module_hooks import ModuleHooks
@@ -128,6 +129,7 @@ class BridgeRun(ModuleSteps):
         if self.engine is None or self.engine.closed:
             self.engine = self._new_engine()
         self._fire_event = self.engine.fire
+        give_declared_keys(state.algorithms, pl_module)
         check_module(state.algorithms, pl_module, isinstance(pl_module, ComposerModuleMixin))
         if stage == "fit":  # TrainerFn.FITTING of either package
             self.conflicts = check_trainer(state.algorithms, trainer, state.automatic_optimization)

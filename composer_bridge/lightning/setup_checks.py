@@ -40,16 +40,14 @@ from typing import TYPE_CHECKING, Any
 
 from composer_bridge.core.algorithm import declaring
 from composer_bridge.lightning import _compat
+from composer_bridge.lightning.errors import BridgeConfigurationError
 from composer_bridge.lightning.package import LightningPackage, classes_in_every_package, package_of
+from composer_bridge.lightning.plain_loss import check_plain_module
 
 if TYPE_CHECKING:
     import lightning as L
 
 __all__ = ["BridgeConfigurationError", "check_module", "check_one_package", "check_trainer"]
-
-
-class BridgeConfigurationError(ValueError):
-    """The algorithms cannot run with this module, strategy or checkpoint; the message says how to fix it."""
 
 
 def _names(algorithms: Sequence[Any], capability: str) -> list[str]:
@@ -67,8 +65,6 @@ def check_module(algorithms: Sequence[Any], module: L.LightningModule, is_compos
     :mod:`~composer_bridge.lightning.plain_loss`); what only the first step shows is refused there.
     """
     if not is_composer_module:
-        from composer_bridge.lightning.plain_loss import check_plain_module
-
         check_plain_module(algorithms, module)
 
 

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from composer_bridge import recipes
-from composer_bridge.core.algorithm import Algorithm
+from composer_bridge.core.algorithm import Algorithm, declaring
 from composer_bridge.search.errors import SearchInputError
 
 __all__ = ["DEFAULT_CANDIDATES", "IMAGE_ALGORITHMS", "Candidate", "applicability", "as_candidates", "from_recipe"]
@@ -142,7 +142,7 @@ def applicability(candidate: Candidate, module: torch.nn.Module, batch: Any, tot
     from composer_bridge.lightning.plain_loss import check_plain_module
 
     algorithm = candidate.build(total_steps)
-    if getattr(algorithm, "needs_loss_events", False) and not isinstance(module, ComposerModuleMixin):
+    if declaring([algorithm], "needs_loss_events") and not isinstance(module, ComposerModuleMixin):
         try:
             check_plain_module([algorithm], module)
         except ValueError as error:  # BridgeConfigurationError

@@ -110,7 +110,10 @@ def test_all_zero_soft_rows_are_ignored_like_minus_100(name, gpt2, bert_config):
 
 
 def test_hugging_face_batches_without_target_key_labels_get_an_error_naming_the_fix(gpt2):
-    module = HuggingFaceModel(gpt2())
+    class Undeclared(HuggingFaceModel):
+        batch_keys = None  # HuggingFaceModel declares input_ids/labels; without that, the default key 1 is wrong
+
+    module = Undeclared(gpt2())
     ids = torch.randint(0, VOCAB, (2, 8))
     batches = DataLoader([{"input_ids": row, "labels": row} for row in ids], batch_size=2)
     callback = AlgorithmEngineCallback([LabelSmoothing(SMOOTHING)])  # target_key left at 1
