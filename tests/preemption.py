@@ -29,11 +29,11 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from resume_points import Listen, Outcome, _bridge_state
-from support import ResumableLoader, image_dataset, L
+from support import L, ResumableLoader, image_dataset
 from torch.utils.data import DataLoader
 
 from composer_bridge import Algorithm, AlgorithmEngineCallback
-from composer_bridge.algorithms import CutOut, EMA, GradientClipping, LabelSmoothing, LayerFreezing, MixUp
+from composer_bridge.algorithms import EMA, CutOut, GradientClipping, LabelSmoothing, LayerFreezing, MixUp
 
 STEPS_PER_EPOCH = 3
 EPOCHS = 4
@@ -127,13 +127,17 @@ class KillAt(L.Callback):
 
 
 def segment(bridge: str, cadence: Cadence, directory: Path, kill_at: int | None, resume: Path | None,
-            trainer_options: dict[str, Any] | None = None) -> Outcome:
-    """One process's part of a chain: fit (resumed from ``resume``), killed at ``kill_at`` if given."""
+            trainer_options: dict[str, Any] | None = None, extra: list[Any] | None = None) -> Outcome:
+    """One process's part of a chain: fit (resumed from ``resume``), killed at ``kill_at`` if given.
+
+    ``trainer_options`` adds to (or replaces) the Trainer's settings; ``extra`` callbacks are listed
+    after the bridge.
+    """
     make = BRIDGES[bridge]
     callback = AlgorithmEngineCallback(make(), seed=SEED) if make is not None else None
     checkpoints = L.callbacks.ModelCheckpoint(dirpath=directory, filename="{epoch}-{step}", save_top_k=-1,
                                               save_last=True, **cadence.checkpoint)
-    listed = [c for c in (callback, KillAt(kill_at, directory / "seen.txt"), checkpoints) if c is not None]
+    listed = [c for c in (callback, KillAt(kill_at, directory / "seen.txt"), *(extra or []), checkpoints) if c is not None]
     options: dict[str, Any] = dict(
         accelerator="cpu", devices=1, logger=False, enable_progress_bar=False, enable_model_summary=False,
         num_sanity_val_steps=0, max_epochs=EPOCHS, limit_val_batches=1 if cadence.validation else 0,
