@@ -13,11 +13,15 @@ is this file's outcome.
 
 from __future__ import annotations
 
+import shutil
+import warnings
 from pathlib import Path
 
 import pytest
-from preemption import CADENCES, run_chain, uninterrupted_starts
+from preemption import CADENCES, run_chain, segment, uninterrupted_starts
 from resume_points import differences
+
+from composer_bridge.training.resume_position import ResumeDriftWarning
 
 pytestmark = [pytest.mark.preemption, pytest.mark.timeout(900)]
 
@@ -100,3 +104,44 @@ def test_a_run_killed_three_times_ends_where_plain_lightning_ends(cadence: str, 
         assert listening.outcome.bridge["timestamp"]["batch"] == 12 + drift, "the bridge counts Lightning's steps"
         listening.outcome.bridge = None
         assert differences(plain.outcome, listening.outcome) == []
+
+
+def _resume_copy(chain_dir: Path, checkpoint: str, target: Path) -> Path:
+    target.mkdir()
+    shutil.copy(chain_dir / checkpoint, target / checkpoint)
+    return target / checkpoint
+
+
+@pytest.mark.parametrize(("cadence", "kills", "checkpoint", "gap"), [
+    # #19403: the second resume's checkpoint (epoch 1's last batch) restarts epoch 1: 3 steps again
+    ("every_n_train_steps at an epoch's last batch", [4, 8], "epoch=1-step=6.ckpt", 3),
+    # #19403: one batch into epoch 2, restarted at its first batch: 1 step again
+    ("train_time_interval", [3, 7], "epoch=2-step=7.ckpt", 1),
+    # exact resumptions: no warning
+    ("every_n_train_steps at an epoch's last batch", [4], "epoch=0-step=3.ckpt", 0),
+    # also #19403: step 4 was written by the run resumed from step 3 (epoch 0's last batch)
+    ("train_time_interval", [3, 7], "epoch=1-step=4.ckpt", 1),
+    ("train_time_interval", [4, 8], "epoch=1-step=4.ckpt", 0),  # step 4 of the first run
+    ("end of epoch (save_on_train_epoch_end=True)", [4, 8], "epoch=1-step=6.ckpt", 0),
+])
+def test_a_resume_that_lightning_starts_at_another_step_warns_with_the_size(
+        cadence: str, kills: list[int], checkpoint: str, gap: int, tmp_path: Path) -> None:
+    """The bridge's restored timestamp says where the fit should start; Lightning's first batch says where it does.
+
+    Independent check of the size: a fit resumed from any checkpoint of a 12-step run should end at step 12;
+    Lightning's own ``global_step`` says how many steps later it ends.
+    """
+    run_chain("listen", CADENCES[cadence], tmp_path / "chain", kills)
+    resume_from = _resume_copy(tmp_path / "chain", checkpoint, tmp_path / "resume")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        segment("listen", CADENCES[cadence], tmp_path / "resume", None, resume_from)
+    drift = [str(w.message) for w in caught if issubclass(w.category, ResumeDriftWarning)]
+    starts = [tuple(int(v) for v in line.split(",")) for line in (tmp_path / "resume" / "seen.txt").read_text().split()]
+    assert steps_trained(starts) == 12 + gap
+    if gap == 0:
+        assert drift == []
+    else:
+        assert len(drift) == 1, drift
+        assert f"{gap} optimizer step(s) already trained are trained again" in drift[0]
+        assert "pytorch-lightning/issues/19403" in drift[0]
