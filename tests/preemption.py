@@ -127,11 +127,14 @@ class KillAt(L.Callback):
 
 
 def segment(bridge: str, cadence: Cadence, directory: Path, kill_at: int | None, resume: Path | None,
-            trainer_options: dict[str, Any] | None = None, extra: list[Any] | None = None) -> Outcome:
+            trainer_options: dict[str, Any] | None = None, extra: list[Any] | None = None,
+            loader: str = "resumable") -> Outcome:
     """One process's part of a chain: fit (resumed from ``resume``), killed at ``kill_at`` if given.
 
     ``trainer_options`` adds to (or replaces) the Trainer's settings; ``extra`` callbacks are listed
-    after the bridge.
+    after the bridge; ``loader``: ``"resumable"`` (:class:`~support.ResumableLoader`, in order) or
+    torchdata's ``StatefulDataLoader(shuffle=True)``: ``"stateful"`` (as users write it, drawing its
+    order from the global generator) or ``"stateful, own generator"`` (``generator=`` a seeded one).
     """
     make = BRIDGES[bridge]
     callback = AlgorithmEngineCallback(make(), seed=SEED) if make is not None else None
@@ -146,7 +149,14 @@ def segment(bridge: str, cadence: Cadence, directory: Path, kill_at: int | None,
     options.update(trainer_options or {})
     trainer = L.Trainer(**options)
     model = PlainClassifier()
-    train = ResumableLoader(image_dataset(n=STEPS_PER_EPOCH * BATCH, size=(8, 8)), BATCH)
+    data = image_dataset(n=STEPS_PER_EPOCH * BATCH, size=(8, 8))
+    if loader == "resumable":
+        train: Any = ResumableLoader(data, BATCH)
+    else:
+        from torchdata.stateful_dataloader import StatefulDataLoader
+
+        generator = torch.Generator().manual_seed(SEED) if loader == "stateful, own generator" else None
+        train = StatefulDataLoader(data, batch_size=BATCH, shuffle=True, generator=generator)
     val = DataLoader(image_dataset(n=BATCH, size=(8, 8), seed=1), batch_size=BATCH) if cadence.validation else None
     trainer.fit(model, train, val, ckpt_path=resume)
     return Outcome(
@@ -156,12 +166,14 @@ def segment(bridge: str, cadence: Cadence, directory: Path, kill_at: int | None,
     )
 
 
-def _child(bridge: str, cadence: Cadence, directory: Path, kill_at: int | None, resume: Path | None) -> None:
-    outcome = segment(bridge, cadence, directory, kill_at, resume)
+def _child(bridge: str, cadence: Cadence, directory: Path, kill_at: int | None, resume: Path | None,
+           loader: str) -> None:
+    torch.manual_seed(SEED)  # the process's global generator: what a shuffling loader without its own draws from
+    outcome = segment(bridge, cadence, directory, kill_at, resume, loader=loader)
     torch.save(outcome, directory / "outcome.pt")
 
 
-def run_chain(bridge: str, cadence: Cadence, directory: Path, kills: list[int]) -> Chain:
+def run_chain(bridge: str, cadence: Cadence, directory: Path, kills: list[int], loader: str = "resumable") -> Chain:
     """The run killed at each step of ``kills`` in turn, resumed from ``last.ckpt`` after each kill.
 
     ``kills=[]`` is the uninterrupted run (in a child process too, so both are run the same way).
@@ -170,7 +182,7 @@ def run_chain(bridge: str, cadence: Cadence, directory: Path, kills: list[int]) 
     context = multiprocessing.get_context("fork")
     exit_codes, resume = [], None
     for kill_at in [*kills, None]:
-        child = context.Process(target=_child, args=(bridge, cadence, directory, kill_at, resume))
+        child = context.Process(target=_child, args=(bridge, cadence, directory, kill_at, resume, loader))
         child.start()
         child.join(timeout=300)
         exit_codes.append(child.exitcode)
