@@ -8,8 +8,10 @@ it actually starts, from its own loop counters, and some checkpoints make it sta
   an epoch's last batch, the checkpoints that run writes make Lightning restart their epoch from its
   first batch, with ``global_step`` kept. The batches already trained in that epoch are trained again,
   and the run ends that many steps later than the uninterrupted one.
-- *later*: a checkpoint written after the next batch was drawn (``OnExceptionCheckpoint``, SLURM's
-  requeue signal handled in ``on_train_batch_start``) resumes after that batch, which is never trained.
+- *later*: not seen in our tests, and warned about the same way. (A checkpoint written after the next
+  batch was drawn, by ``OnExceptionCheckpoint`` or SLURM's requeue signal handled in
+  ``on_train_batch_start``, also loses that batch, but in the loader's position only: Lightning's
+  counters and the bridge's agree, so this check cannot see it.)
 
 The bridge follows Lightning's counters either way (its state must match the loop that runs). This
 module only measures the gap, once per resumed fit, and warns with its size. It knows nothing of
@@ -27,6 +29,16 @@ Example:
     True
     >>> position.check(loop_epoch=1, loop_step_in_epoch=0) is None  # once per resumed fit
     True
+    >>> position.expect(epoch=2, step_in_epoch=1, steps_per_epoch=3)
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     position.check(loop_epoch=2, loop_step_in_epoch=2)  # Lightning starts a step later
+    -1
+    >>> "1 optimizer step(s) of the uninterrupted run are skipped" in str(caught[0].message)
+    True
+    >>> position.expect(epoch=2, step_in_epoch=1, steps_per_epoch=3)
+    >>> position.check(loop_epoch=2, loop_step_in_epoch=1)  # where it was saved: no warning
+    0
 """
 
 from __future__ import annotations
@@ -78,19 +90,17 @@ class ResumePosition:
                 f"step(s) already trained are trained again, so this run ends {size} step(s) later than an "
                 "uninterrupted one, with other weights. This is Lightning's own behaviour, with or without "
                 f"composer_bridge ({ISSUE}): it happens to checkpoints written by a run that was itself resumed "
-                "from a checkpoint saved at an epoch's last batch. The bridge follows Lightning's counters. To "
-                "resume exactly, checkpoint at epoch ends (ModelCheckpoint(every_n_epochs=1)) or mid-epoch only "
-                "(every_n_train_steps not dividing the epoch's steps); see the Preemption section of "
-                "docs/checkpoints.md.",
+                "from a checkpoint saved at an epoch's last batch. The bridge follows Lightning's counters. "
+                "Checkpoints written at epoch ends (ModelCheckpoint(every_n_epochs=1)) resumed exactly however "
+                "often a run was resumed in our tests; see the Preemption section of docs/checkpoints.md.",
                 ResumeDriftWarning,
                 stacklevel=2,
             )
         else:
             warnings.warn(
-                f"Lightning resumes this checkpoint at {starts}, but it was saved at {saved}: {-gap} batch(es) "
-                "drawn before the checkpoint was written are never trained (Lightning saved the loader's position "
-                "after it handed them out, e.g. OnExceptionCheckpoint or a signal handled in on_train_batch_start). "
-                "The bridge follows Lightning's counters. See the Preemption section of docs/checkpoints.md.",
+                f"Lightning resumes this checkpoint at {starts}, but it was saved at {saved}: {-gap} optimizer "
+                "step(s) of the uninterrupted run are skipped. The bridge follows Lightning's counters. See the "
+                "Preemption section of docs/checkpoints.md.",
                 ResumeDriftWarning,
                 stacklevel=2,
             )

@@ -163,3 +163,4 @@ def test_a_shuffling_stateful_dataloader_resumes_as_in_plain_lightning(loader: s
     listening = run_chain("listen", cadence, tmp_path / "listen", [4], loader=loader)
     listening.outcome.bridge = None
     assert differences(plain.outcome, listening.outcome) == []
+
