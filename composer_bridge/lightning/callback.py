@@ -229,7 +229,7 @@ class AlgorithmEngineCallback(*CALLBACK_BASES):  # type: ignore[misc]
         self._run.train_epoch_start(trainer)
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int) -> None:
-        self._run.train_batch_start()
+        self._run.train_batch_start(trainer, batch_idx)
 
     def on_after_backward(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._run.after_backward(trainer)

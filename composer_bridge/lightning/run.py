@@ -53,6 +53,7 @@ from composer_bridge.training import algorithm_runs
 from composer_bridge.training.cost_report import CostReport
 from composer_bridge.training.cost_report import cost_report as build_cost_report
 from composer_bridge.training.plan import Plan, make_plan
+from composer_bridge.training.resume_position import ResumePosition
 from composer_bridge.training.step_clock import StepClock
 
 if TYPE_CHECKING:  # hints name lightning.pytorch's classes; pytorch_lightning's work the same (package.py)
@@ -80,6 +81,8 @@ class BridgeRun(ModuleSteps):
         self.logger = Logger()
         self.trainer: L.Trainer | None = None
         self.clock = StepClock()
+        self.resume_position = ResumePosition()  # checked at a resumed fit's first batch
+        self._restored = False  # a checkpoint's entry was restored since the last fit started
         self.hooks: ModuleHooks | None = None
         #: the loss a plain module's training_step computed, kept after teardown for checkpoints saved then
         self._loss_record: dict[str, Any] | None = None
@@ -173,6 +176,7 @@ class BridgeRun(ModuleSteps):
 
     def restore(self, state_dict: dict[str, Any]) -> None:
         checkpoint = self.bridge._checkpoint
+        self._restored = True
         # Lightning restores callbacks before setup (ahead of validate/test/predict) and after
         # teardown (its HPC restore): the first is kept for setup, the second fires AFTER_LOAD there.
         if self.state is None:
@@ -282,6 +286,14 @@ class BridgeRun(ModuleSteps):
         if self.clock.epoch_left_open(state, trainer.current_epoch):  # resumed from an epoch's last batch
             self.bridge.on_train_epoch_end(trainer, pl_module)
             self.bridge.on_train_epoch_start(trainer, pl_module)
+        # a resumed fit should start where the restored timestamp is; Lightning may start elsewhere (#19403).
+        # Under manual optimization a batch may be several steps: no batch-to-step position to compare.
+        if self._restored and self._global_step() > 0 and pl_module.automatic_optimization:
+            timestamp = state.timestamp
+            self.resume_position.expect(timestamp.epoch.value, timestamp.batch_in_epoch.value, state.dataloader_len)
+        else:
+            self.resume_position.disarm()
+        self._restored = False
 
     def train_epoch_start(self, trainer: L.Trainer) -> None:
         if not self.clock.start_epoch(trainer.current_epoch):
@@ -289,11 +301,12 @@ class BridgeRun(ModuleSteps):
         self.refresh_listening()
         self.fire_hook("on_train_epoch_start")
 
-    def train_batch_start(self) -> None:
+    def train_batch_start(self, trainer: L.Trainer, batch_idx: int) -> None:
         # Hidden while nothing listens. The first micro-batch of a step opens it (the clock counts
         # micro-batches also while this hook was hidden, so a bridge that began listening mid-step
         # waits for the next step).
         if self.clock.micro == 0 and self.listening:
+            self.resume_position.check(trainer.current_epoch, batch_idx // max(1, trainer.accumulate_grad_batches))
             self.logger.step = self.current_step()
             self.fire_hook("on_train_batch_start")
 
@@ -314,6 +327,7 @@ class BridgeRun(ModuleSteps):
     def train_batch_end(self, trainer: L.Trainer, batch: Any) -> None:
         state = self.state
         assert state is not None
+        self.resume_position.disarm()  # only a fit's first batch is compared (a bridge idle then has no check)
         # The data hook counted the micro-batch's samples as loaded; without it (an idle bridge), counted here.
         samples = (_batch_size(batch) or 0) if self.clock.loaded_samples is None else 0
         if not self.clock.end_micro_batch(state, samples, self._global_step()):
