@@ -55,12 +55,18 @@ def _check_reachable(address: str) -> None:
                                "machine.") from error
 
 
-def _run(task: FitTask, threads: int) -> FitOutcome:
-    """The Ray task: one fit, with as many torch threads as the cores the task holds."""
-    import torch
+def _run(blob: bytes, threads: int, import_path: list[str]) -> FitOutcome:
+    """The Ray task: one fit, with as many torch threads as the cores the task holds.
 
+    The task comes pickled, and is unpickled only after the driver's import path (where it exists
+    on this machine) is added, so the factories' modules import as they do in the driver.
+    """
+    import torch
+    from ray import cloudpickle
+
+    sys.path.extend(p for p in import_path if p not in sys.path and os.path.isdir(p))
     torch.set_num_threads(max(1, threads))
-    return execute(task)
+    return execute(cloudpickle.loads(blob))
 
 
 class RayExecutor:
@@ -147,20 +153,14 @@ class RayExecutor:
             kwargs["num_cpus"] = max(1, math.ceil(self.workers * cpus))
             if gpus:
                 kwargs["num_gpus"] = math.ceil(self.workers * gpus)
-        # Workers started here import the factories by their module names: give them this import path.
-        before = os.environ.get("PYTHONPATH")
-        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-        try:
-            ray.init(runtime_env=self.runtime_env, **kwargs)
-        finally:
-            if before is None:
-                os.environ.pop("PYTHONPATH", None)
-            else:
-                os.environ["PYTHONPATH"] = before
+        ray.init(runtime_env=self.runtime_env, **kwargs)
 
     def submit(self, task: FitTask) -> int:
         self._tickets += 1
-        self._pending[self._remote.remote(task, self._threads)] = self._tickets
+        from ray import cloudpickle
+
+        blob = cloudpickle.dumps(task)
+        self._pending[self._remote.remote(blob, self._threads, [p for p in sys.path if p])] = self._tickets
         return self._tickets
 
     def next_done(self) -> tuple[int, FitOutcome]:

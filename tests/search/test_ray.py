@@ -36,7 +36,10 @@ def _rows(result) -> list[tuple]:
 
 @pytest.fixture(scope="module")
 def sequential(tmp_path_factory):
-    return search_recipe(make_module, task.make_data, state_dir=tmp_path_factory.mktemp("sequential"), **KWARGS)
+    state = tmp_path_factory.mktemp("sequential")
+    result = search_recipe(make_module, task.make_data, state_dir=state, **KWARGS)
+    result.trained = len(json.loads((state / "search.json").read_text())["fits"])
+    return result
 
 
 def _parallel(state_dir, factory=make_module, **overrides):
@@ -50,6 +53,8 @@ def test_the_search_on_ray_takes_the_sequential_path_and_picks_the_same_recipe(l
     assert parallel.steps == sequential.steps
     assert _rows(parallel) == _rows(sequential)
     assert parallel.confirmed == sequential.confirmed and parallel.search_score == sequential.search_score
+    # Side by side, yet no fit more than one at a time: a curve's next run length waited for its shorter ones.
+    assert parallel.cost["fits_trained_now"] == sequential.trained
 
 
 def test_a_killed_worker_is_retried_and_the_search_ends_as_without_the_kill(local_ray, sequential, tmp_path) -> None:
