@@ -110,3 +110,23 @@ def test_bad_ray_input_is_refused_before_training(local_ray, tmp_path) -> None:
 def test_an_unreachable_cluster_address_is_refused() -> None:
     with pytest.raises(SearchInputError, match="address='127.0.0.1:9'.*no Ray cluster answers"):
         search_recipe(make_module, task.make_data, executor=RayExecutor(address="127.0.0.1:9"), **KWARGS)
+
+
+def test_the_command_runs_its_fits_on_ray(local_ray, tmp_path) -> None:
+    from composer_bridge.search.__main__ import executor_from, main
+
+    config = tmp_path / "search.yaml"
+    config.write_text("""
+module: {class_path: search_support.TinyModule, init_args: {lr: 1.0}}
+data: {class_path: search_support.TinyData}
+search: {monitor: val/acc, candidates: [LabelSmoothing, MixUp], run_lengths: [2, 4], max_fits: 8,
+          search_seeds: [0], confirm_seeds: [10], clock: steps, progress: false}
+trainer: {accelerator: cpu}
+executor: {name: ray, cpus_per_fit: 1}
+wandb: false
+""")
+    on_ray = main(["--config", str(config), "--out", str(tmp_path / "ray")])
+    here = main(["--config", str(config), "--out", str(tmp_path / "here"), "--executor", "local"])
+    assert _rows(on_ray) == _rows(here) and on_ray.steps == here.steps
+    with pytest.raises(SearchInputError, match="executor: 'threads'"):
+        executor_from("threads")
