@@ -45,7 +45,10 @@ def _pickler() -> Any:
     try:
         import cloudpickle
     except ImportError:
-        return pickle
+        try:
+            from ray import cloudpickle  # Ray's own copy, where Ray is installed without the package
+        except ImportError:
+            return pickle
     return cloudpickle
 
 
