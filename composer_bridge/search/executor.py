@@ -97,7 +97,7 @@ def device_count(trainer_kwargs: dict[str, Any]) -> int:
     """How many devices (processes, for DDP) one fit with these Trainer settings uses on one machine.
 
     Example:
-        >>> device_count({"devices": 2}), device_count({"devices": [0, 1, 2]}), device_count({})
+        >>> device_count({"devices": 2}), device_count({"devices": [0, 1, 2]}), device_count({"accelerator": "cpu"})
         (2, 3, 1)
     """
     devices = trainer_kwargs.get("devices", "auto")

@@ -9,6 +9,8 @@ algorithm and scheduler. One ``@ray.remote`` function with ``num_cpus``/``num_gp
 Install with ``pip install 'composer-bridge[ray]'``.
 
 Example:
+    >>> RayExecutor().resources({"accelerator": "cpu", "devices": 2})  # cores, GPUs: one core per DDP process
+    (2.0, 0.0)
     >>> from composer_bridge.search import search_recipe  # doctest: +SKIP
     >>> search_recipe(make_module, make_data, max_fits=60,
     ...               executor=RayExecutor(workers=2, cpus_per_fit=1))  # doctest: +SKIP
