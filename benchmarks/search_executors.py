@@ -30,7 +30,7 @@ from composer_bridge.models import ResNetCNN
 from composer_bridge.search import RayExecutor, search_recipe
 
 SETTINGS: dict[str, Any] = dict(
-    monitor="val/acc", mode="max", candidates=["LabelSmoothing", "MixUp", "CutOut", "BlurPool"],
+    monitor="val/acc", mode="max", candidates=["LabelSmoothing", "MixUp", "CutOut", "ProgressiveResizing"],
     run_lengths=[4, 8, 16], max_fits=30, search_seeds=[0, 1], confirm_seeds=[1000, 1001], clock="steps",
     trainer_kwargs={"accelerator": "cpu", "devices": 1}, progress=False,
 )

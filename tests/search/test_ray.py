@@ -73,6 +73,7 @@ def test_a_fit_whose_worker_dies_twice_is_recorded_as_failed_and_the_search_goes
     assert all("died 2 times" in f.error for f in failed)
     assert all(f.error is None for f in result.fits if f.steps != 8)
     assert result.confirmed is None or result.confirmed.seeds == (10, 11)
+    assert result.table().count("failed (the Ray worker died 2 times") == len(failed)
     saved = json.loads((tmp_path / "search.json").read_text())
     assert {tuple(f["config"]) for f in saved["fits"] if f["error"]} == {tuple(f.config) for f in failed}
 
