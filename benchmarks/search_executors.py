@@ -31,20 +31,20 @@ from composer_bridge.search import RayExecutor, search_recipe
 
 SETTINGS: dict[str, Any] = dict(
     monitor="val/acc", mode="max", candidates=["LabelSmoothing", "MixUp", "CutOut", "ProgressiveResizing"],
-    run_lengths=[4, 8, 16], max_fits=30, search_seeds=[0, 1], confirm_seeds=[1000, 1001], clock="steps",
+    run_lengths=[10, 20, 40], max_fits=30, search_seeds=[0, 1], confirm_seeds=[1000, 1001], clock="steps",
     trainer_kwargs={"accelerator": "cpu", "devices": 1}, progress=False,
 )
 
 
 def make_module(total_steps: int) -> ComposerClassifier:
     return ComposerClassifier(
-        ResNetCNN(num_classes=10, in_channels=1, widths=(8, 16)), num_classes=10,
+        ResNetCNN(num_classes=10, in_channels=1, widths=(16, 32)), num_classes=10,
         optimizer=lambda params: torch.optim.SGD(params, lr=0.1, momentum=0.9),
         scheduler=lambda opt: torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.1, total_steps=total_steps))
 
 
 def make_data(seed: int) -> Any:
-    return cluttered_digits_loaders(batch_size=32, seed=seed, copies=1, train_per_class=20, test_per_class=20)
+    return cluttered_digits_loaders(batch_size=64, seed=seed, copies=1, train_per_class=40, test_per_class=20)
 
 
 def run(executor: Any) -> dict[str, Any]:

@@ -484,8 +484,13 @@ class _Search:
             self.incumbent, self.inc_scores = incumbent, inc_scores
         return incumbent, inc_scores
 
-    def prefetch_confirmation(self, configs: Sequence[Config]) -> None:
-        """The confirmation's fits side by side: the baselines first (they set ``Q``), then every recipe."""
+    def prefetch_confirmation(self, configs: Sequence[Config], baselines: bool) -> None:
+        """The confirmation's fits side by side: the baselines first (they set ``Q``), then every recipe.
+
+        ``baselines``: whether the confirmation trains its baselines even with no recipe to confirm.
+        """
+        if not any(configs) and not baselines:
+            return  # nothing to confirm: the baselines on the confirmation seeds are not trained either
         self.prefetch([((), seed) for seed in self.confirm_seeds], "confirm")
         self.prefetch([(c, seed) for c in configs if c for seed in self.confirm_seeds], "confirm")
 
@@ -604,7 +609,8 @@ def _search(make_module: Callable[..., Any], make_data: Callable[[int], Any], mo
             stopped = True
             incumbent, scores = search.incumbent, search.inc_scores
             search.steps.append(f"budget spent ({budget}): the search stops with {search._name(incumbent)}")
-        search.prefetch_confirmation([incumbent, *(search._key([c.label for c in r]) for r in extra.values())])
+        search.prefetch_confirmation([incumbent, *(search._key([c.label for c in r]) for r in extra.values())],
+                                     baselines=bool(extra))
         confirmed = search.confirm(incumbent) if incumbent else None
         also = {name: search.confirm(search._key([c.label for c in recipe])) for name, recipe in extra.items()}
         if confirmed is None and extra:
