@@ -53,6 +53,7 @@ class FitOutcome:
     wall_s: float
     fit_wall_s: float  #: the whole fit and validation, Lightning's set-up included
     error: str | None = None
+    processes: int = 1  #: the Trainer's world size: 2 for a DDP fit on two devices
 
 
 class Executor(Protocol):
@@ -129,9 +130,10 @@ def execute(task: FitTask) -> FitOutcome:
 
     algorithms = [c.build(task.steps) for c in task.candidates]
     started = time.perf_counter()
-    quality, timer, _ = run_fit(task.make_module, task.make_data, algorithms, task.steps, task.seed, task.monitor,
-                                task.clock, task.trainer_kwargs)
-    return FitOutcome(quality, timer.seconds(task.clock), timer.cpu_s, timer.wall_s, time.perf_counter() - started)
+    quality, timer, module = run_fit(task.make_module, task.make_data, algorithms, task.steps, task.seed,
+                                     task.monitor, task.clock, task.trainer_kwargs)
+    return FitOutcome(quality, timer.seconds(task.clock), timer.cpu_s, timer.wall_s, time.perf_counter() - started,
+                      processes=module.trainer.world_size)
 
 
 class InProcessExecutor:

@@ -125,7 +125,8 @@ def main(argv: list[str]) -> None:
     started = time.perf_counter()
     quality, timer, module = run_fit(task.make_module, task.make_data, algorithms, task.steps, task.seed,
                                      task.monitor, task.clock, task.trainer_kwargs)
-    outcome = FitOutcome(quality, timer.seconds(task.clock), timer.cpu_s, timer.wall_s, time.perf_counter() - started)
+    outcome = FitOutcome(quality, timer.seconds(task.clock), timer.cpu_s, timer.wall_s, time.perf_counter() - started,
+                         processes=module.trainer.world_size)
     if module.global_rank == 0:
         path = Path(argv[1])
         tmp = path.with_name(path.name + ".part")

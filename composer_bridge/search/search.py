@@ -249,7 +249,7 @@ class _Search:
         """Keep a finished fit: in the cache and in the state file (written after every fit)."""
         self.trained += 1
         record = FitRecord(list(config), seed, steps, outcome.quality, outcome.seconds, outcome.cpu_s, outcome.wall_s,
-                           phase, outcome.fit_wall_s, outcome.error)
+                           phase, outcome.fit_wall_s, outcome.error, outcome.processes)
         self.state.fits.append(record)
         self.cache[(config, seed, steps)] = record
         self.state.overhead_s, self.state.overhead_cpu_s = self.overhead()

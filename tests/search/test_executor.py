@@ -33,6 +33,7 @@ def test_a_fit_in_a_child_process_equals_the_same_fit_here() -> None:
     child = run_in_child(_task())
     assert child.error is None
     assert (child.quality, child.seconds) == (here.quality, here.seconds) == (here.quality, 4.0)
+    assert child.processes == here.processes == 1
 
 
 def test_a_killed_child_is_retried_once_then_recorded_as_failed(tmp_path) -> None:
@@ -58,12 +59,12 @@ def test_a_search_whose_fits_use_ddp_on_two_processes_finishes(tmp_path) -> None
     kwargs = task.search_kwargs(candidates=["LabelSmoothing"], run_lengths=[2, 4], max_fits=4, search_seeds=[0],
                                 confirm_seeds=[10], trainer_kwargs=DDP)
     result = search_recipe(make_module, task.make_data, state_dir=tmp_path, **kwargs)
-    assert result.fits and all(f.error is None for f in result.fits)
+    assert result.fits and all(f.error is None and f.processes == 2 for f in result.fits)
     assert all(f.seconds == f.steps for f in result.fits)  # each fit ran its steps (global steps, both ranks)
     # The search's DDP fit is the same fit as the DDP run of that task on its own, outside the search.
     first = result.fits[0]
     alone = run_in_child(_task(steps=first.steps, trainer_kwargs=DDP))
-    assert alone.quality == first.quality
+    assert alone.quality == first.quality and alone.processes == 2
     assert not list(tmp_path.glob("*.tmp"))  # no temporary state file left behind
 
 

@@ -98,7 +98,7 @@ def test_a_search_whose_fits_use_ddp_on_two_processes_finishes_on_ray(local_ray,
     executor = RayExecutor()
     assert executor.resources(ddp) == (2.0, 0.0)  # one core per DDP process
     result = search_recipe(make_module, task.make_data, state_dir=tmp_path, executor=executor, **kwargs)
-    assert result.fits and all(f.error is None and f.seconds == f.steps for f in result.fits)
+    assert result.fits and all(f.error is None and f.seconds == f.steps and f.processes == 2 for f in result.fits)
 
 
 def test_bad_ray_input_is_refused_before_training(local_ray, tmp_path) -> None:
