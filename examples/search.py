@@ -5,6 +5,7 @@
     python examples/search.py --quick                      # a tiny run of the whole pipeline (seconds)
     python examples/search.py --out outputs/search_vision  # where the state, tables and plot go
     python examples/search.py --add-candidates ChannelsLast  # one more candidate, default arguments
+    python examples/search.py --executor ray --workers 2   # fits side by side on Ray, one core each
 
 **Vision**: :func:`composer_bridge.data.cluttered_digits_loaders` (digits upsampled to 24x24,
 moved, cluttered and noisy, 60 per class: a task a small ResNet is still learning after minutes)
@@ -15,8 +16,10 @@ GPT of ``examples/language.py``; candidates GradientClipping, GatedLinearUnits, 
 and ALiBi (LowPrecisionLayerNorm replaces nothing in a full-precision CPU run, and the search
 refuses it); ``gpt-fast`` confirmed beside it.
 
-The search runs in this process, one torch thread, timed in process CPU seconds. Run it again
-with the same ``--out`` and it resumes (or, when finished, re-reports without training).
+The search runs in this process, one torch thread, timed in process CPU seconds; with
+``--executor ray --workers N`` (``pip install 'composer-bridge[ray]'``) N fits run at once, each a Ray
+task with one core, timed in its own process. Run it again with the same ``--out`` and it resumes (or,
+when finished, re-reports without training), with either executor.
 """
 
 from __future__ import annotations
@@ -101,6 +104,10 @@ def main(argv: list[str] | None = None) -> Any:
                         help="more candidates, by class name with default arguments (e.g. ChannelsLast)")
     parser.add_argument("--out", default=None, help="state, tables and plot (default outputs/search_<task>)")
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--executor", choices=("local", "ray"), default="local",
+                        help="local: one fit at a time here; ray: side by side as Ray tasks")
+    parser.add_argument("--workers", type=int, default=2, help="with --executor ray: fits at once (one core each)")
+    parser.add_argument("--address", default=None, help="with --executor ray: a running cluster (host:6379)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)  # steadier CPU timings on shared cores; these models gain nothing from more
     out = Path(args.out or f"outputs/search_{args.task}{'_quick' if args.quick else ''}")
@@ -118,12 +125,18 @@ def main(argv: list[str] | None = None) -> Any:
         candidates = candidates[:2]
     candidates = [*candidates, *(Candidate(name) for name in args.add_candidates)]
     budget = args.budget or (1e9 if args.quick else 300.0)
+    executor = None
+    if args.executor == "ray":
+        from composer_bridge.search import RayExecutor
+
+        executor = RayExecutor(address=args.address, workers=None if args.address else args.workers, cpus_per_fit=1)
     result = search_recipe(
         make_module, make_data, monitor=monitor, mode=mode, candidates=candidates,
         run_lengths=args.run_lengths or lengths, max_train_seconds=None if args.quick else budget,
         max_fits=30 if args.quick else None,
         search_seeds=args.search_seeds, confirm_seeds=args.confirm_seeds, also_confirm=published,
         trainer_kwargs={"accelerator": "cpu", "devices": 1}, state_dir=out, progress=not args.no_progress,
+        executor=executor,
     )
     paths = result.write(out)
     print(result.summary())

@@ -15,10 +15,12 @@ Example:
 
 from composer_bridge.search.candidates import DEFAULT_CANDIDATES, Candidate, from_recipe
 from composer_bridge.search.errors import BudgetWarning, CandidateWarning, SearchInputError
+from composer_bridge.search.executor import Executor, InProcessExecutor
+from composer_bridge.search.ray_executor import RayExecutor
 from composer_bridge.search.scoring import SpeedUp, strict_speedup, time_to_reach
 from composer_bridge.search.search import CurveResult, SearchResult, search_recipe
 from composer_bridge.search.state import StaleStateError
 from composer_bridge.search.trial import FitRecord
 
-__all__ = ["DEFAULT_CANDIDATES", "BudgetWarning", "Candidate", "CandidateWarning", "CurveResult", "FitRecord", "SearchInputError",
-           "SearchResult", "SpeedUp", "StaleStateError", "from_recipe", "search_recipe", "strict_speedup", "time_to_reach"]
+__all__ = ["DEFAULT_CANDIDATES", "BudgetWarning", "Candidate", "CandidateWarning", "CurveResult", "Executor", "FitRecord", "InProcessExecutor", "SearchInputError",
+           "SearchResult", "SpeedUp", "StaleStateError", "RayExecutor", "from_recipe", "search_recipe", "strict_speedup", "time_to_reach"]

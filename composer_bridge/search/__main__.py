@@ -20,10 +20,13 @@ module's class (or function) when it takes that argument and ``seed`` to the dat
       confirm_seeds: [1000, 1001, 1002]
       also_confirm: {published mild: mild}        # recipes of composer_bridge.recipes, by name
     trainer: {accelerator: cpu, devices: 1}       # your Trainer arguments
+    executor: {name: ray, workers: 2, cpus_per_fit: 1}   # optional: fits side by side on Ray
+                                                  # (RayExecutor's arguments; address: for a cluster)
     out: outputs/search                           # state, tables, plot, recipe.py, recipe.yaml
     wandb: auto                                   # the table to W&B offline when wandb is installed
 
 Run it again with the same ``out`` to resume an interrupted search or re-report a finished one.
+``--executor ray --workers 2`` (and ``--address host:6379``) override the config's ``executor``.
 """
 
 from __future__ import annotations
@@ -43,7 +46,8 @@ from composer_bridge.search.search import SearchResult, search_recipe
 
 __all__ = ["factory", "main"]
 
-SECTIONS = {"module", "data", "search", "trainer", "out", "wandb"}
+SECTIONS = {"module", "data", "search", "trainer", "out", "wandb", "executor"}
+EXECUTOR_KEYS = {"name", "address", "workers", "cpus_per_fit", "gpus_per_fit", "runtime_env"}
 
 
 def _import(path: str) -> Any:
@@ -54,6 +58,16 @@ def _import(path: str) -> Any:
         return getattr(importlib.import_module(module_name), attribute)
     except (ImportError, AttributeError) as error:
         raise SearchInputError(f"class_path={path!r}: cannot import it ({error}). Is its package on PYTHONPATH?") from error
+
+
+class _Build:
+    """``target(**init_args, passes=value)``: a factory that pickles (a Ray worker or child process can take it)."""
+
+    def __init__(self, target: Any, init_args: dict[str, Any], passes: str | None) -> None:
+        self.target, self.init_args, self.passes = target, init_args, passes
+
+    def __call__(self, value: Any) -> Any:
+        return self.target(**self.init_args, **({self.passes: value} if self.passes else {}))
 
 
 def factory(section: dict[str, Any], name: str, passes: str) -> Callable[[Any], Any]:
@@ -74,10 +88,7 @@ def factory(section: dict[str, Any], name: str, passes: str) -> Callable[[Any], 
     except (TypeError, ValueError):
         takes = False
 
-    def build(value: Any) -> Any:
-        return target(**init_args, **({passes: value} if takes else {}))
-
-    return build
+    return _Build(target, init_args, passes if takes else None)
 
 
 def _candidates(items: Any) -> list[Candidate | str] | None:
@@ -96,17 +107,50 @@ def _candidates(items: Any) -> list[Candidate | str] | None:
     return out
 
 
+def executor_from(section: Any) -> Any:
+    """The search's executor from the config's ``executor`` (``None``, ``local``, ``ray``, or a mapping).
+
+    Example:
+        >>> executor_from(None) is None, executor_from({"name": "local"}) is None
+        (True, True)
+    """
+    if section is None or section == "local":
+        return None
+    given = section
+    if isinstance(section, str):
+        section = {"name": section}
+    if not isinstance(section, dict) or section.get("name") not in ("local", "ray") or set(section) - EXECUTOR_KEYS:
+        raise SearchInputError(f"executor: {given!r}: expected 'local' (fits one at a time here), 'ray', or "
+                               f"{{name: ray, ...}} with keys among {sorted(EXECUTOR_KEYS - {'name'})}.")
+    if section["name"] == "local":
+        return None
+    from composer_bridge.search.ray_executor import RayExecutor
+
+    return RayExecutor(**{k: v for k, v in section.items() if k != "name"})
+
+
 def main(argv: list[str] | None = None) -> SearchResult:
     """Parse ``--config``, run the search, write its outputs and print its summary."""
     parser = argparse.ArgumentParser(prog="python -m composer_bridge.search", description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", required=True, help="a YAML file (see the module docstring)")
     parser.add_argument("--out", default=None, help="overrides the config's out")
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--executor", choices=("local", "ray"), default=None, help="overrides the config's executor")
+    parser.add_argument("--workers", type=int, default=None, help="Ray: fits at once on a Ray started here")
+    parser.add_argument("--address", default=None, help="Ray: a running cluster (host:6379, ray://host:10001, auto)")
     args = parser.parse_args(argv)
     config = yaml.safe_load(Path(args.config).read_text()) or {}
     unknown = sorted(set(config) - SECTIONS)
     if unknown:
         raise SearchInputError(f"{args.config}: unknown sections {unknown}; expected {sorted(SECTIONS)}.")
+    section = config.get("executor")
+    section = {"name": section} if isinstance(section, str) else dict(section or {})
+    for key in ("executor", "workers", "address"):
+        if getattr(args, key) is not None:
+            section["name" if key == "executor" else key] = getattr(args, key)
+    if section and "name" not in section:
+        section["name"] = "ray"  # --workers / --address alone mean Ray
+    executor = executor_from(section or None)
     settings = dict(config.get("search") or {})
     settings["candidates"] = _candidates(settings.get("candidates"))
     also = settings.pop("also_confirm", None) or {}
@@ -114,14 +158,14 @@ def main(argv: list[str] | None = None) -> SearchResult:
                                 for name, recipe in also.items()}
     out = Path(args.out or config.get("out") or "outputs/search")
     allowed = set(inspect.signature(search_recipe).parameters) - {"make_module", "make_data", "trainer_kwargs",
-                                                                    "state_dir"}
+                                                                    "state_dir", "executor"}
     wrong = sorted(set(settings) - allowed)
     if wrong:
         raise SearchInputError(f"{args.config}: search: unknown keys {wrong}; it takes search_recipe's arguments "
                                f"{sorted(allowed)}.")
     result = search_recipe(
         factory(config.get("module"), "module", "total_steps"), factory(config.get("data"), "data", "seed"),
-        trainer_kwargs=config.get("trainer") or {}, state_dir=out,
+        trainer_kwargs=config.get("trainer") or {}, state_dir=out, executor=executor,
         progress=not args.no_progress and settings.pop("progress", True), **settings)
     result.write(out, wandb=config.get("wandb", "auto"))
     print(result.summary())

@@ -21,6 +21,7 @@ import torch
 from composer_bridge.lightning.package import LIGHTNING, package_of
 from composer_bridge.search.candidates import Candidate, applicability
 from composer_bridge.search.errors import BudgetWarning, CandidateWarning, SearchInputError
+from composer_bridge.search.executor import needs_own_launcher
 from composer_bridge.search.trial import (
     CLOCKS,
     OWNED_TRAINER_KWARGS,
@@ -178,6 +179,8 @@ def probe(make_module: Callable[..., Any], make_data: Callable[..., Any], monito
     train, val = load_data(make_data, seed)
     batch = next(iter(train))
     kwargs = {**trainer_kwargs, "limit_val_batches": 1}
+    if needs_own_launcher(kwargs):  # the look runs here, on one device; the fits run on all of them
+        kwargs.update(devices=1, num_nodes=1, strategy="auto")
     trainer = trainer_for(second, 1, kwargs, [])
     metrics = trainer.validate(second, dataloaders=val, verbose=False)[0]
     if monitor not in metrics:

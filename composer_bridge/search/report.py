@@ -125,7 +125,8 @@ def fits_table(result: SearchResult) -> str:
     lines = [f"| phase | algorithms | seed | steps | {result.settings['monitor']} | training {unit} |",
              "|---|---|---|---|---|---|"]
     for f in result.fits:
-        lines.append(f"| {f.phase} | {_name(f.config)} | {f.seed} | {f.steps} | {f.quality:.4f} | {f.seconds:.2f} |")
+        quality = f"failed ({f.error})" if f.error else f"{f.quality:.4f}"
+        lines.append(f"| {f.phase} | {_name(f.config)} | {f.seed} | {f.steps} | {quality} | {f.seconds:.2f} |")
     return "\n".join(lines)
 
 

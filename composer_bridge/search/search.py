@@ -43,6 +43,8 @@ from typing import Any
 
 from composer_bridge.search import checks
 from composer_bridge.search.candidates import Candidate, as_candidates
+from composer_bridge.search.errors import SearchInputError
+from composer_bridge.search.executor import Executor, FitOutcome, FitTask, InProcessExecutor
 from composer_bridge.search.scoring import (
     SpeedUp,
     best_quality,
@@ -51,7 +53,7 @@ from composer_bridge.search.scoring import (
     time_to_reach,
 )
 from composer_bridge.search.state import SearchState
-from composer_bridge.search.trial import CLOCKS, FitRecord, run_fit
+from composer_bridge.search.trial import CLOCKS, FitRecord
 
 __all__ = ["BudgetExhausted", "CurveResult", "SearchResult", "search_recipe"]
 
@@ -135,13 +137,44 @@ class SearchResult:
         return write_outputs(self, Path(out_dir), wandb=wandb)
 
 
+_FLYING = "flying"  # a fit submitted to the executor and not back yet
+
+
+@dataclass(eq=False)
+class _Pending:
+    """A curve being trained side by side with others: its records by run length (None: not started)."""
+
+    config: Config
+    seed: int
+    records: list[Any]
+    q: float = 0.0
+    t_base: float = 0.0
+    done: bool = False
+
+    @property
+    def key(self) -> tuple[Config, int]:
+        return self.config, self.seed
+
+    def prefix(self) -> int:
+        """How many of the shortest run lengths have finished, in a row."""
+        return next((i for i, r in enumerate(self.records) if r is None or r is _FLYING), len(self.records))
+
+    def known(self) -> int:
+        """Fits finished or started: the search will charge at least these for this curve."""
+        return sum(r is not None for r in self.records)
+
+    def seconds(self) -> float:
+        return sum(r.seconds for r in self.records if r is not None and r is not _FLYING)
+
+
 class _Search:
     """The search's moving parts: the fit cache, the budget, the curves and the greedy loop."""
 
     def __init__(self, make_module: Callable[..., Any], make_data: Callable[..., Any], monitor: str,
                  higher: bool, candidates: list[Candidate], run_lengths: list[int], search_seeds: list[int],
                  confirm_seeds: list[int], clock: str, trainer_kwargs: dict[str, Any], max_fits: int | None,
-                 max_train_seconds: float | None, min_gain: float, state: SearchState, progress: Any) -> None:
+                 max_train_seconds: float | None, min_gain: float, state: SearchState, progress: Any,
+                 executor: Executor | None = None) -> None:
         self.make_module, self.make_data, self.monitor, self.higher = make_module, make_data, monitor, higher
         self.by_label = {c.label: c for c in candidates}
         self.order = [c.label for c in candidates]
@@ -150,6 +183,7 @@ class _Search:
         self.max_fits, self.max_seconds, self.min_gain = max_fits, max_train_seconds, min_gain
         self.state, self.cache = state, state.lookup()
         self.progress = progress
+        self.executor: Executor = executor if executor is not None else InProcessExecutor()
         self.search_fits: list[FitRecord] = []  # the search-phase fits this replay has charged, in order
         self.confirm_fits: list[FitRecord] = []
         self.curves: dict[tuple[Config, int], CurveResult] = {}
@@ -157,7 +191,7 @@ class _Search:
         self.search_pool = list(self.order)
         self.incumbent: Config = ()  # the recipe the greedy loop has accepted so far
         self.inc_scores: dict[int, float | None] = {s: 1.0 for s in search_seeds}
-        self.fit_wall_s = 0.0  # the fits trained in this call (Lightning's set-up and validation included)
+        self.fit_wall_s = 0.0  # waiting for fits in this call (their set-up and validation included)
         self.fit_cpu_s = 0.0
         self.started = (time.perf_counter(), time.process_time())
         self.earlier = (state.overhead_s, state.overhead_cpu_s)  # from earlier, interrupted calls
@@ -193,23 +227,116 @@ class _Search:
         key = (config, seed, steps)
         record = self.cache.get(key)
         if record is None:
-            algorithms = [self.by_label[label].build(steps) for label in config]
-            started = time.perf_counter(), time.process_time()
-            quality, timer, _ = run_fit(self.make_module, self.make_data, algorithms, steps, seed, self.monitor,
-                                     self.clock, self.trainer_kwargs)
-            fit_wall = time.perf_counter() - started[0]
-            self.fit_wall_s += fit_wall
-            self.fit_cpu_s += time.process_time() - started[1]
-            self.trained += 1
-            record = FitRecord(list(config), seed, steps, quality, timer.seconds(self.clock), timer.cpu_s,
-                               timer.wall_s, phase, fit_wall)
-            self.state.fits.append(record)
-            self.cache[key] = record
-            self.state.overhead_s, self.state.overhead_cpu_s = self.overhead()
-            self.state.save()
+            self.executor.submit(self.task(config, seed, steps))
+            record = self._record(config, seed, steps, phase, self._wait()[1])
         (self.search_fits if phase == "search" else self.confirm_fits).append(record)
         self._tick(record)
         return record
+
+    def task(self, config: Config, seed: int, steps: int) -> FitTask:
+        return FitTask(self.make_module, self.make_data, [self.by_label[label] for label in config], steps, seed,
+                       self.monitor, self.clock, self.trainer_kwargs)
+
+    def _wait(self) -> tuple[int, FitOutcome]:
+        """The next finished fit; the time waited counts as the fits' time, not the search's overhead."""
+        started = time.perf_counter(), time.process_time()
+        done = self.executor.next_done()
+        self.fit_wall_s += time.perf_counter() - started[0]
+        self.fit_cpu_s += time.process_time() - started[1]
+        return done
+
+    def _record(self, config: Config, seed: int, steps: int, phase: str, outcome: FitOutcome) -> FitRecord:
+        """Keep a finished fit: in the cache and in the state file (written after every fit)."""
+        self.trained += 1
+        record = FitRecord(list(config), seed, steps, outcome.quality, outcome.seconds, outcome.cpu_s, outcome.wall_s,
+                           phase, outcome.fit_wall_s, outcome.error, outcome.processes)
+        self.state.fits.append(record)
+        self.cache[(config, seed, steps)] = record
+        self.state.overhead_s, self.state.overhead_cpu_s = self.overhead()
+        self.state.save()
+        if self.progress is not None and self.executor.concurrent:
+            self.progress.set_postfix_str(f"{self.trained} fits trained, latest {self._name(config)} seed {seed} "
+                                          f"@{steps}", refresh=True)
+        return record
+
+    # --- fits side by side -----------------------------------------------------------------------
+
+    def _settled(self, points: list[tuple[float, float]], q: float, t_base: float, phase: str) -> str | None:
+        """Why a candidate curve needs no longer run (``None``: it goes on to the next run length)."""
+        if points and time_to_reach(points, q, self.higher) is not None:
+            return "reached Q"
+        if phase == "search" and points and points[-1][0] >= t_base:
+            return "stopped: past the baseline's time to Q"
+        return None
+
+    def prefetch(self, wanted: Sequence[tuple[Config, int]], phase: str) -> None:
+        """Train, side by side, the fits the curves ``wanted`` (in the search's order) will ask for.
+
+        Only with a concurrent executor; the search then replays its decisions from the cache, in
+        its own order, so the path does not depend on which fit finished first. A curve's next run
+        length starts only when its shorter ones have not settled its score (baseline curves have
+        no early stop: all their lengths start at once). A fit the budget certainly cannot reach
+        (counting only fits known to come before it) is not started.
+        """
+        if not self.executor.concurrent:
+            return
+        curves: list[_Pending] = []
+        for config, seed in wanted:
+            if (config, seed) not in self.curves and all(c.key != (config, seed) for c in curves):
+                curves.append(_Pending(config, seed, [None] * len(self.lengths)))
+        for c in curves:
+            if c.config:
+                base = self.baseline(c.seed, phase).points  # cached: baselines are prefetched first
+                c.q = best_quality(base, self.higher)
+                c.t_base = time_to_reach(base, c.q, self.higher) or 0.0
+        flying: dict[int, tuple[_Pending, int]] = {}
+        for c in curves:
+            self._launch(c, curves, phase, flying)
+        while flying:
+            ticket, outcome = self._wait()
+            c, i = flying.pop(ticket)
+            c.records[i] = self._record(c.config, c.seed, self.lengths[i], phase, outcome)
+            self._launch(c, curves, phase, flying)
+
+    def _launch(self, c: _Pending, curves: list[_Pending], phase: str, flying: dict[int, tuple[_Pending, int]]) -> None:
+        """Start ``c``'s next fits: every length of a baseline curve; for a candidate, the next length
+        once the shorter ones are in and leave its score open."""
+        while not c.done:
+            if c.config:
+                n = c.prefix()
+                if n < len(self.lengths) and c.records[n] is _FLYING:
+                    return
+                points = [(r.seconds, r.quality) for r in c.records[:n] if not r.error]
+                if n == len(self.lengths) or self._settled(points, c.q, c.t_base, phase) is not None:
+                    c.done = True
+                    return
+                todo = [n]
+            else:
+                todo = [i for i, r in enumerate(c.records) if r is None]
+            for i in todo:
+                cached = self.cache.get((c.config, c.seed, self.lengths[i]))
+                if cached is not None:
+                    c.records[i] = cached
+                elif phase == "search" and not self._reachable(c, i, curves):
+                    c.done = True
+                    return
+                else:
+                    flying[self.executor.submit(self.task(c.config, c.seed, self.lengths[i]))] = (c, i)
+                    c.records[i] = _FLYING
+            if not c.config or c.records[todo[0]] is _FLYING:
+                return
+
+    def _reachable(self, c: _Pending, index: int, curves: list[_Pending]) -> bool:
+        """Can the budget reach fit ``index`` of ``c``, counting only fits certain to be charged before it?"""
+        before = curves[: next(k for k, d in enumerate(curves) if d is c)]
+        count = len(self.search_fits) + sum(d.known() for d in before) + index + 1
+        if self.max_fits is not None and count > self.max_fits:
+            return False
+        if self.max_seconds is not None:
+            spent = self._spent() + sum(d.seconds() for d in (*before, c))
+            if spent + self._estimate(self.lengths[index]) > self.max_seconds:
+                return False
+        return True
 
     def used_fits(self) -> list[FitRecord]:
         """The fits this search's decisions and confirmation used, in the state's order.
@@ -240,14 +367,20 @@ class _Search:
         key = ((), seed)
         if key not in self.curves:
             points = []
+            self.prefetch([((), seed)], phase)
             for steps in self.lengths:
                 record = self.fit((), seed, steps, phase)
-                points.append((record.seconds, record.quality))
+                if not record.error:
+                    points.append((record.seconds, record.quality))
                 if phase == "search" and len(self.search_fits) == 1:
                     checks.check_time_budget(self.max_seconds, record, self.lengths, len(self.search_seeds),
                                              self._unit())
                     checks.warn_small_budget(self.max_seconds, record.seconds * sum(self.lengths) / self.lengths[0],
                                              len(self.search_seeds), len(self.search_pool), self._unit())
+            if not points:
+                reasons = "; ".join(f.error or "" for f in self.state.fits if not f.config and f.seed == seed)
+                raise RuntimeError(f"every baseline fit on seed {seed} failed, so nothing can be compared on it: "
+                                   f"{reasons}")
             self.curves[key] = CurveResult((), seed, phase, points, "baseline", 1.0)
         return self.curves[key]
 
@@ -265,12 +398,12 @@ class _Search:
         status = "never reached Q"
         for steps in self.lengths:
             record = self.fit(config, seed, steps, phase)
+            if record.error:  # a fit that failed twice is no point of the curve; the next length may still be
+                continue
             points.append((record.seconds, record.quality))
-            if time_to_reach(points, q, self.higher) is not None:
-                status = "reached Q"
-                break
-            if phase == "search" and record.seconds >= t_base:
-                status = "stopped: past the baseline's time to Q"
+            settled = self._settled(points, q, t_base, phase)
+            if settled is not None:
+                status = settled
                 break
         speed = strict_speedup(base, points, self.higher)[0] if status == "reached Q" else None
         result = CurveResult(config, seed, phase, points, status, speed)
@@ -291,6 +424,7 @@ class _Search:
 
     def greedy(self) -> tuple[Config, dict[int, float | None]]:
         seeds = self.search_seeds
+        self.prefetch([((), seed) for seed in seeds], "search")
         for seed in seeds:
             self.baseline(seed, "search")
         incumbent: Config = ()
@@ -302,6 +436,7 @@ class _Search:
                 break
             survivors, results = list(pool), {cfg: {} for cfg in pool}
             for i, seed in enumerate(seeds):
+                self.prefetch([(cfg, seed) for cfg in survivors], "search")
                 for cfg in survivors:
                     results[cfg][seed] = self.curve(cfg, seed, "search").speedup
                 seen = seeds[: i + 1]
@@ -338,6 +473,7 @@ class _Search:
         while len(incumbent) > 1:
             bar = self._mean(inc_scores, seeds)
             trials = [(tuple(x for x in incumbent if x != a), a) for a in incumbent if a != newest]
+            self.prefetch([(cfg, seed) for cfg, _ in trials for seed in seeds], "search")
             scored = [(self._mean(self.scores(cfg, seeds), seeds), cfg, a) for cfg, a in trials]
             keep = [t for t in scored if t[0] >= bar]
             if not keep:
@@ -347,6 +483,16 @@ class _Search:
             incumbent, inc_scores = cfg, self.scores(cfg, seeds)
             self.incumbent, self.inc_scores = incumbent, inc_scores
         return incumbent, inc_scores
+
+    def prefetch_confirmation(self, configs: Sequence[Config], baselines: bool) -> None:
+        """The confirmation's fits side by side: the baselines first (they set ``Q``), then every recipe.
+
+        ``baselines``: whether the confirmation trains its baselines even with no recipe to confirm.
+        """
+        if not any(configs) and not baselines:
+            return  # nothing to confirm: the baselines on the confirmation seeds are not trained either
+        self.prefetch([((), seed) for seed in self.confirm_seeds], "confirm")
+        self.prefetch([(c, seed) for c in configs if c for seed in self.confirm_seeds], "confirm")
 
     def confirm(self, config: Config) -> SpeedUp:
         return summarise_speedups({seed: self.curve(config, seed, "confirm").speedup for seed in self.confirm_seeds})
@@ -369,6 +515,7 @@ def search_recipe(
     also_confirm: Mapping[str, Sequence[Candidate | str]] | None = None,
     state_dir: str | Path | None = None,
     progress: bool = True,
+    executor: Executor | str | None = None,
 ) -> SearchResult:
     """Search which candidate algorithms make this model reach the baseline's best quality sooner.
 
@@ -395,6 +542,13 @@ def search_recipe(
         state_dir: where ``search.json`` lives: an interrupted search resumes from it and a
             finished one re-reports from it without training. ``None``: nothing is saved.
         progress: show a progress bar (fits done, budget left) on stderr.
+        executor: where the fits run. ``None`` (default): here, one at a time
+            (:class:`~composer_bridge.search.executor.InProcessExecutor`). ``"ray"`` or a
+            :class:`~composer_bridge.search.ray_executor.RayExecutor`: side by side as Ray tasks, each
+            with its own cores or GPUs; every fit that does not depend on another runs at once. The
+            decisions are the same either way (with ``clock="steps"``, exactly the same path).
+            A Trainer on several devices (``strategy="ddp", devices=2``) trains each fit in a child
+            process whose script is the fit itself, with either executor.
 
     Returns:
         A :class:`SearchResult`.
@@ -413,7 +567,7 @@ def _search(make_module: Callable[..., Any], make_data: Callable[[int], Any], mo
             max_train_seconds: float | None, search_seeds: Sequence[int], confirm_seeds: Sequence[int],
             trainer_kwargs: Mapping[str, Any] | None, clock: str, min_gain: float,
             also_confirm: Mapping[str, Sequence[Candidate | str]] | None, state_dir: str | Path | None,
-            progress: bool) -> SearchResult:
+            progress: bool, executor: Executor | str | None) -> SearchResult:
     started = (time.perf_counter(), time.process_time())  # the probe and the checks are overhead too
     higher = checks.check_mode(mode)
     lengths = checks.check_run_lengths(run_lengths)
@@ -440,25 +594,30 @@ def _search(make_module: Callable[..., Any], make_data: Callable[[int], Any], mo
         "trainer_kwargs": {k: repr(v) for k, v in sorted(tkw.items())},
     }
     state = SearchState(Path(state_dir) / "search.json" if state_dir is not None else None, settings)
+    runner = _executor(executor)
     bar = _progress_bar(progress, max_fits, max_train_seconds, clock)
     search = _Search(make_module, make_data, monitor, higher, everything, lengths, search_seeds, confirm_seeds,
-                     clock, tkw, max_fits, max_train_seconds, min_gain, state, bar)
+                     clock, tkw, max_fits, max_train_seconds, min_gain, state, bar, runner)
     search.search_pool = [c.label for c in usable]
     search.started = started
     stopped = False
     try:
+        runner.start(search.task((), search_seeds[0], lengths[0]))
         try:
             incumbent, scores = search.greedy()
         except BudgetExhausted as budget:
             stopped = True
             incumbent, scores = search.incumbent, search.inc_scores
             search.steps.append(f"budget spent ({budget}): the search stops with {search._name(incumbent)}")
+        search.prefetch_confirmation([incumbent, *(search._key([c.label for c in r]) for r in extra.values())],
+                                     baselines=bool(extra))
         confirmed = search.confirm(incumbent) if incumbent else None
         also = {name: search.confirm(search._key([c.label for c in recipe])) for name, recipe in extra.items()}
         if confirmed is None and extra:
             for seed in confirm_seeds:
                 search.baseline(seed, "confirm")
     finally:
+        runner.close()
         if bar is not None:
             bar.close()
     if search.trained:  # a re-report (nothing trained) leaves the state, and the search's overhead, as they were
@@ -473,6 +632,19 @@ def _search(make_module: Callable[..., Any], make_data: Callable[[int], Any], mo
         cost=cost, settings=settings, candidates=usable, stopped_by_budget=stopped,
     )
     return result
+
+
+def _executor(executor: Executor | str | None) -> Executor:
+    if executor is None or executor == "local":
+        return InProcessExecutor()
+    if executor == "ray":
+        from composer_bridge.search.ray_executor import RayExecutor
+
+        return RayExecutor()
+    if isinstance(executor, str) or not all(hasattr(executor, m) for m in ("start", "submit", "next_done", "close")):
+        raise SearchInputError(f"executor={executor!r}: expected None (fits one at a time here), 'ray', or an "
+                               "executor object such as composer_bridge.search.RayExecutor(workers=2).")
+    return executor
 
 
 def _progress_bar(progress: bool, max_fits: int | None, max_seconds: float | None, clock: str) -> Any:

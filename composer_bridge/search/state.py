@@ -13,8 +13,10 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import tempfile
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -63,8 +65,19 @@ class SearchState:
         if self.path is None:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"version": VERSION, "settings": self.settings,
-                                   "overhead_s": self.overhead_s, "overhead_cpu_s": self.overhead_cpu_s,
-                                   "fits": [asdict(f) for f in self.fits]}, indent=1))
-        os.replace(tmp, self.path)  # atomic: an interruption leaves the old or the new file, never half of one
+        text = json.dumps({"version": VERSION, "settings": self.settings,
+                           "overhead_s": self.overhead_s, "overhead_cpu_s": self.overhead_cpu_s,
+                           "fits": [asdict(f) for f in self.fits]}, indent=1)
+        # A temporary file of its own (two writers never share one), flushed to disk, then renamed over
+        # the state: an interruption leaves the old or the new file, never half of one.
+        handle, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=self.path.name + ".", suffix=".tmp")
+        try:
+            with os.fdopen(handle, "w") as out:
+                out.write(text)
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise

@@ -50,6 +50,8 @@ class FitRecord:
     wall_s: float
     phase: str  #: ``"search"`` or ``"confirm"``
     fit_wall_s: float = 0.0  #: the whole fit and validation, Lightning's set-up included
+    error: str | None = None  #: why the fit failed (its process died twice); then quality is NaN
+    processes: int = 1  #: the fit's Trainer world size (2 for DDP on two devices)
 
 
 class TrainingClock(*CALLBACK_BASES):  # type: ignore[misc]

@@ -1,0 +1,134 @@
+"""The search on Ray: a local Ray with 2 CPUs started by these tests, tiny fits side by side.
+
+With ``clock="steps"`` the parallel search must take the sequential search's path exactly: the same
+fits (any order), the same steps and the same recipe and confirmation.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+
+import pytest
+import search_support as task
+from search_faults import KillingFactory
+
+from composer_bridge.search import RayExecutor, SearchInputError, search_recipe
+
+ray = pytest.importorskip("ray")
+
+pytestmark = pytest.mark.timeout(900)
+
+make_module = functools.partial(task.make_module, lr=1.0)
+KWARGS = task.search_kwargs(candidates=["LabelSmoothing", "MixUp", "GhostBatchNorm"], confirm_seeds=[10, 11])
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def _rows(result) -> list[tuple]:
+    return sorted((f.phase, tuple(f.config), f.seed, f.steps, f.quality, f.seconds) for f in result.fits)
+
+
+@pytest.fixture(scope="module")
+def sequential(tmp_path_factory):
+    state = tmp_path_factory.mktemp("sequential")
+    result = search_recipe(make_module, task.make_data, state_dir=state, **KWARGS)
+    result.trained = len(json.loads((state / "search.json").read_text())["fits"])
+    return result
+
+
+def _parallel(state_dir, factory=make_module, **overrides):
+    return search_recipe(factory, task.make_data, state_dir=state_dir,
+                         executor=RayExecutor(cpus_per_fit=1), **{**KWARGS, **overrides})
+
+
+def test_the_search_on_ray_takes_the_sequential_path_and_picks_the_same_recipe(local_ray, sequential, tmp_path) -> None:
+    parallel = _parallel(tmp_path)
+    assert [c.label for c in parallel.recipe] == [c.label for c in sequential.recipe] == ["LabelSmoothing"]
+    assert parallel.steps == sequential.steps
+    assert _rows(parallel) == _rows(sequential)
+    assert parallel.confirmed == sequential.confirmed and parallel.search_score == sequential.search_score
+    # Side by side, yet no fit more than one at a time: a curve's next run length waited for its shorter ones.
+    assert parallel.cost["fits_trained_now"] == sequential.trained
+
+
+def test_a_killed_worker_is_retried_and_the_search_ends_as_without_the_kill(local_ray, sequential, tmp_path) -> None:
+    marker = tmp_path / "killed"
+    result = _parallel(tmp_path / "state", KillingFactory(8, str(marker), make_module))
+    assert marker.exists()  # a worker was killed mid-search
+    assert all(f.error is None for f in result.fits)
+    assert _rows(result) == _rows(sequential) and result.steps == sequential.steps
+
+
+def test_a_fit_whose_worker_dies_twice_is_recorded_as_failed_and_the_search_goes_on(local_ray, tmp_path) -> None:
+    # Every 8-step fit kills its worker: those fits fail, twice each; the curves go on without them.
+    result = _parallel(tmp_path, KillingFactory(8, None, make_module), candidates=["LabelSmoothing", "MixUp"],
+                       confirm_seeds=[10])
+    failed = [f for f in result.fits if f.error]
+    assert failed and all(f.steps == 8 for f in failed)
+    assert all("died 2 times" in f.error for f in failed)
+    assert all(f.error is None for f in result.fits if f.steps != 8)
+    assert result.confirmed is None or result.confirmed.seeds == (10,)
+    assert result.table().count("failed (the Ray worker died 2 times") == len(failed)
+    saved = json.loads((tmp_path / "search.json").read_text())
+    assert {tuple(f["config"]) for f in saved["fits"] if f["error"]} == {tuple(f.config) for f in failed}
+
+
+def test_an_interrupted_parallel_search_resumes_without_retraining_finished_fits(local_ray, sequential,
+                                                                                 tmp_path) -> None:
+    done = _parallel(tmp_path)
+    state = json.loads((tmp_path / "search.json").read_text())
+    kept = 9  # as if the driver had been killed after nine fits had finished
+    state["fits"] = state["fits"][:kept]
+    (tmp_path / "search.json").write_text(json.dumps(state))
+    resumed = _parallel(tmp_path)
+    assert _rows(resumed) == _rows(done) == _rows(sequential)
+    assert resumed.cost["fits_trained_now"] == len(json.loads((tmp_path / "search.json").read_text())["fits"]) - kept
+
+
+def test_a_search_whose_fits_use_ddp_on_two_processes_finishes_on_ray(local_ray, tmp_path) -> None:
+    ddp = {"accelerator": "cpu", "devices": 2, "strategy": "ddp"}
+    kwargs = {**KWARGS, "candidates": ["LabelSmoothing"], "run_lengths": [2, 4], "max_fits": 4,
+              "search_seeds": [0], "confirm_seeds": [10], "trainer_kwargs": ddp}
+    executor = RayExecutor()
+    assert executor.resources(ddp) == (2.0, 0.0)  # one core per DDP process
+    result = search_recipe(make_module, task.make_data, state_dir=tmp_path, executor=executor, **kwargs)
+    assert result.fits and all(f.error is None and f.seconds == f.steps and f.processes == 2 for f in result.fits)
+
+
+def test_bad_ray_input_is_refused_before_training(local_ray, tmp_path) -> None:
+    with pytest.raises(SearchInputError, match="Define it at module level"):
+        _parallel(tmp_path, lambda n: make_module(n))
+    with pytest.raises(SearchInputError, match="3 cores and 0 GPUs.*largest machine of the Ray cluster has 2 cores"):
+        search_recipe(make_module, task.make_data, state_dir=tmp_path, executor=RayExecutor(cpus_per_fit=3), **KWARGS)
+    assert not (tmp_path / "search.json").exists()
+
+
+def test_an_unreachable_cluster_address_is_refused() -> None:
+    with pytest.raises(SearchInputError, match="address='127.0.0.1:9'.*no Ray cluster answers"):
+        search_recipe(make_module, task.make_data, executor=RayExecutor(address="127.0.0.1:9"), **KWARGS)
+
+
+def test_the_command_runs_its_fits_on_ray(local_ray, tmp_path) -> None:
+    from composer_bridge.search.__main__ import executor_from, main
+
+    config = tmp_path / "search.yaml"
+    config.write_text("""
+module: {class_path: search_support.TinyModule, init_args: {lr: 1.0}}
+data: {class_path: search_support.TinyData}
+search: {monitor: val/acc, candidates: [LabelSmoothing, MixUp], run_lengths: [2, 4], max_fits: 8,
+          search_seeds: [0], confirm_seeds: [10], clock: steps, progress: false}
+trainer: {accelerator: cpu}
+executor: {name: ray, cpus_per_fit: 1}
+wandb: false
+""")
+    on_ray = main(["--config", str(config), "--out", str(tmp_path / "ray")])
+    here = main(["--config", str(config), "--out", str(tmp_path / "here"), "--executor", "local"])
+    assert _rows(on_ray) == _rows(here) and on_ray.steps == here.steps
+    with pytest.raises(SearchInputError, match="executor: 'threads'"):
+        executor_from("threads")
