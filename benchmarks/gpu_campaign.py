@@ -70,10 +70,13 @@ def pytest_counts(output: str) -> str:
 
 
 def run_step(step: dict[str, Any], out: Path) -> dict[str, Any]:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+               PYTHONUNBUFFERED="1")  # a step stopped at its limit still leaves what it printed
+    # the CPU dry run works through the same configurations far more slowly: its limits are 5x
+    limit = step["limit"] * (5 if os.environ.get("COMPOSER_BRIDGE_GPU_DRY_RUN") == "1" else 1)
     started = time.perf_counter()
     try:
-        done = subprocess.run(step["argv"], cwd=REPO, env=env, capture_output=True, text=True, timeout=step["limit"])
+        done = subprocess.run(step["argv"], cwd=REPO, env=env, capture_output=True, text=True, timeout=limit)
         output, code, timed_out = done.stdout + done.stderr, done.returncode, False
     except subprocess.TimeoutExpired as expired:
         partial = expired.stdout or ""
@@ -82,7 +85,7 @@ def run_step(step: dict[str, Any], out: Path) -> dict[str, Any]:
     seconds = time.perf_counter() - started
     log = out / (re.sub(r"[^A-Za-z0-9]+", "_", step["name"]).strip("_") + ".log")
     log.write_text(output)
-    return {"name": step["name"], "command": " ".join(map(str, step["argv"])), "limit_s": step["limit"],
+    return {"name": step["name"], "command": " ".join(map(str, step["argv"])), "limit_s": limit,
             "seconds": round(seconds, 1), "exit_code": code, "timed_out": timed_out,
             "ok": code == 0 and not timed_out, "pytest": pytest_counts(output), "log": log.name}
 
