@@ -26,7 +26,9 @@ import functools
 
 import torch
 
-__all__ = ["full_tensor", "is_dtensor", "is_sharded", "like", "reshard", "sharding_kind"]
+from composer_bridge.core import torch_versions
+
+__all__ = ["full_tensor", "is_dtensor", "is_sharded", "like", "local_slice", "reshard", "sharding_kind"]
 
 
 @functools.cache
@@ -94,14 +96,44 @@ def like(stored: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
     gathered (a collective).
     """
     if is_dtensor(reference) and not is_dtensor(stored):
-        from torch.distributed.tensor import distribute_tensor
-
         whole = stored.to(device=reference.device, dtype=reference.dtype)
-        return distribute_tensor(
-            whole, reference.device_mesh, reference.placements, src_data_rank=None  # type: ignore[attr-defined]
-        )
+        mesh, placements = reference.device_mesh, reference.placements  # type: ignore[attr-defined]
+        if torch_versions.at_least(torch_versions.DISTRIBUTE_TENSOR_SLICES_LOCALLY):
+            from torch.distributed.tensor import distribute_tensor
+
+            return distribute_tensor(whole, mesh, placements, src_data_rank=None)
+        return local_slice(whole, mesh, placements)
     if is_dtensor(stored) and not is_dtensor(reference):
         stored = full_tensor(stored)
     if stored.device != reference.device or stored.dtype != reference.dtype:
         return stored.to(device=reference.device, dtype=reference.dtype)
     return stored
+
+
+def local_slice(whole: torch.Tensor, mesh: object, placements: tuple) -> torch.Tensor:
+    """This rank's part of ``whole`` as a ``DTensor`` on ``mesh`` with ``placements``, without communication.
+
+    What ``distribute_tensor(..., src_data_rank=None)`` does on torch 2.7 and newer, for the
+    placements parameters have (``Shard(dim)`` and ``Replicate()``): a shard is this rank's piece of
+    ``torch.chunk`` along the sharded dimension, as torch splits it (the last pieces may be smaller,
+    or empty). Every rank holds the same ``whole`` (read from a checkpoint).
+    """
+    from torch.distributed.tensor import DTensor, Replicate, Shard
+
+    local = whole
+    coordinate = mesh.get_coordinate()  # type: ignore[attr-defined]
+    for mesh_dim, placement in enumerate(placements):
+        if isinstance(placement, Shard):
+            pieces = torch.chunk(local, mesh.size(mesh_dim), dim=placement.dim)  # type: ignore[attr-defined]
+            index = coordinate[mesh_dim]
+            if index < len(pieces):
+                local = pieces[index]
+            else:  # fewer rows than ranks: this rank's shard is empty
+                shape = list(local.shape)
+                shape[placement.dim] = 0
+                local = local.new_empty(shape)
+        elif not isinstance(placement, Replicate):
+            raise ValueError(f"cannot slice a whole tensor for placement {placement!r}: only Shard(dim) and Replicate() "
+                             "are supported (the placements of FSDP2 and tensor-parallel parameters)")
+    return DTensor.from_local(local.contiguous(), mesh, placements, run_check=False,  # type: ignore[arg-type]
+                              shape=whole.shape, stride=whole.stride())

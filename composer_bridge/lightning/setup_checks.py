@@ -12,7 +12,8 @@ checks compare the declarations with the module and Trainer at hand:
 - ``clips_gradients``: refused beside ``Trainer(gradient_clip_val=...)``;
 - ``freezes_layers``: a warning beside Lightning's ``BaseFinetuning`` callbacks;
 - ``non_contiguous_weights``: refused under FSDP2 (``ModelParallelStrategy``), whose
-  ``fully_shard`` cannot shard non-contiguous weights.
+  ``fully_shard`` cannot shard non-contiguous weights. FSDP2 itself is refused on CPU processes
+  with a torch older than :data:`~composer_bridge.core.torch_versions.FSDP2_ON_CPU` (2.7).
 
 Before these, :func:`check_one_package`: the module and DataModule come from the Trainer's
 Lightning package (``lightning.pytorch`` or ``pytorch_lightning``).
@@ -38,6 +39,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import torch
+
+from composer_bridge.core import torch_versions
 from composer_bridge.core.algorithm import declaring
 from composer_bridge.lightning import _compat
 from composer_bridge.lightning.errors import BridgeConfigurationError
@@ -109,6 +113,14 @@ def _check_sharding(algorithms: Sequence[Any], trainer: L.Trainer) -> None:
             "FSDP2 (fully_shard in configure_model) cannot shard non-contiguous parameters (torch: 'FSDP does not "
             f"support non-contiguous parameters yet'). Fix: remove {', '.join(layout)} from the algorithms under "
             f"{strategy}, or train with DDP."
+        )
+    if strategy == "ModelParallelStrategy" and trainer.strategy.root_device.type == "cpu" \
+            and not torch_versions.fsdp2_runs_on_cpu():
+        need = ".".join(map(str, torch_versions.FSDP2_ON_CPU))
+        raise BridgeConfigurationError(
+            f"{strategy}'s FSDP2 (fully_shard) trains on CPU processes from torch {need} on; this is torch "
+            f"{torch.__version__}, whose FSDP2 fails at the first forward ('Stream' object has no attribute "
+            f"'record_event'). Fix: install torch>={need}, train on GPUs, or use strategy='ddp' on the CPU."
         )
 
 

@@ -9,6 +9,7 @@ need no launch.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from support import assert_same_state, run_ddp_file, wandb_run_records
 from composer_bridge.algorithms import EMA, SWA, BlurPool
 from composer_bridge.algorithms._sharding import full_tensor, is_dtensor, like
 from composer_bridge.algorithms.ema import ema_weights_from_checkpoint
+from composer_bridge.core import torch_versions
 from composer_bridge.core.event import Event
 from composer_bridge.core.logger import Logger
 from composer_bridge.core.state import State
@@ -49,6 +51,9 @@ REFUSED = ["ChannelsLast"]
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     """Every rank's results (``[rank0, rank1]``) of one launch of ``fsdp_runs.py``."""
+    if not torch_versions.fsdp2_runs_on_cpu():
+        pytest.skip(f"FSDP2 trains on CPU processes from torch {'.'.join(map(str, torch_versions.FSDP2_ON_CPU))} on; this is torch "
+                    f"{torch.__version__} (core/torch_versions.py; the bridge refuses it at setup, tested below)")
     out = tmp_path_factory.mktemp("fsdp2")
     result = run_ddp_file(SCRIPT, [str(out)], out, timeout=840, extra_env={"WANDB_MODE": "offline", "WANDB_SILENT": "true"})
     if result.returncode != 0:
@@ -277,6 +282,27 @@ def test_channels_last_is_refused_under_model_parallel_strategy_at_setup() -> No
     ddp = L.Trainer(accelerator="cpu", devices=2, strategy="ddp", logger=False, enable_checkpointing=False,
                     enable_progress_bar=False)
     assert check_trainer([ChannelsLast()], ddp) == []
+
+
+def test_fsdp2_on_cpu_processes_is_refused_at_setup_on_a_torch_without_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch 2.6's FSDP2 fails at the first forward on CPU processes: the bridge says so, with the version, at setup."""
+    import lightning as L
+    from lightning.pytorch.strategies import ModelParallelStrategy
+
+    from composer_bridge.algorithms import EMA
+    from composer_bridge.lightning.setup_checks import BridgeConfigurationError, check_trainer
+
+    def sharded() -> Any:
+        return L.Trainer(accelerator="cpu", devices=2, strategy=ModelParallelStrategy(data_parallel_size=2,
+                         tensor_parallel_size=1), logger=False, enable_checkpointing=False, enable_progress_bar=False)
+
+    if torch_versions.fsdp2_runs_on_cpu():
+        assert check_trainer([EMA()], sharded()) == []
+        monkeypatch.setattr(torch_versions, "FSDP2_ON_CPU", (99, 0))  # what a torch without it sees
+    need, have = (re.escape(v) for v in (".".join(map(str, torch_versions.FSDP2_ON_CPU)), torch.__version__))
+    with pytest.raises(BridgeConfigurationError, match=rf"trains on CPU processes from torch {need} on; this is torch "
+                       rf"{have}, .*Fix: install torch>={need}, train on GPUs, or use strategy='ddp'"):
+        check_trainer([EMA()], sharded())
 
 
 # --- one process: a 1-rank group is enough for DTensor parameters -----------------------------------
