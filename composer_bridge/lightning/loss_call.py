@@ -28,9 +28,11 @@ from typing import Any
 
 import torch
 
+from composer_bridge.lightning.errors import BridgeConfigurationError
+
 __all__ = [
     "LossCall", "as_loss_targets", "call_options", "class_indices_for", "flattened_view", "not_log_probabilities",
-    "probability_loss", "same_tensor", "shares_storage",
+    "probability_loss", "same_tensor", "shares_storage", "weighted_mean_with_ignored_positions",
 ]
 
 
@@ -71,6 +73,8 @@ def probability_loss(kind: str, function: Callable[..., Any], outputs: torch.Ten
     """
     weight = options.get("weight")
     reduction = options.get("reduction", "mean")
+    if kept is not None and weight is not None and reduction == "mean" and not bool(kept.all()):
+        raise BridgeConfigurationError(weighted_mean_with_ignored_positions("the algorithms", f"the {kind} call"))
     if kept is not None:
         targets = targets * kept.unsqueeze(1).to(targets.dtype)
     if kind == "cross_entropy":
@@ -84,6 +88,20 @@ def probability_loss(kind: str, function: Callable[..., Any], outputs: torch.Ten
         return loss
     # torch's mean over all positions, times all/kept: the mean over the kept ones (times exactly 1 when none is ignored)
     return loss * (kept.numel() / kept.sum())
+
+
+def weighted_mean_with_ignored_positions(names: str, where: str) -> str:
+    """Why a class ``weight=`` with ignored positions and ``reduction="mean"`` cannot take probability targets.
+
+    torch divides such a mean by the summed weights of the kept positions' target classes; with
+    probability targets there is no target class to weigh, so the loss could not equal torch's.
+    """
+    return (
+        f"{names} {'replace' if names == 'the algorithms' else 'replaces'} the targets by probabilities, but {where} has a class weight=, ignored positions "
+        "(ignore_index) and reduction='mean': torch divides that mean by the summed weights of the kept "
+        "positions' target classes, which probability targets do not have, so the loss would not be the one "
+        "you wrote. Fix: use reduction='sum' (and divide by your own count), or drop weight= or ignore_index."
+    )
 
 
 def class_indices_for(kind: str, input: Any, target: Any, batch_target: torch.Tensor) -> bool:

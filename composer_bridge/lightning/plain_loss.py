@@ -88,6 +88,7 @@ from composer_bridge.lightning.loss_call import (
     not_log_probabilities,
     same_tensor,
     shares_storage,
+    weighted_mean_with_ignored_positions,
 )
 
 __all__ = ["CHECKPOINT_KEY", "PlainLossStep", "check_plain_module"]
@@ -149,6 +150,10 @@ def _refusal(kind: str, options: Mapping[str, Any], replacing: Sequence[Any], wh
             "mixed targets cannot leave the ignored positions out. Fix: use "
             f"{_names(mixing)}(interpolate_loss=True) (each loss keeps its own ignored positions), or drop ignore_index."
         )
+    # with a class weight, a mean and padding (a non-default ignore_index says there is some), refused here;
+    # torch's default -100 is refused in the step where the padding shows (LossCall), so classifiers still train
+    if ignore_index != -100 and options.get("weight") is not None and options.get("reduction", "mean") == "mean":
+        return weighted_mean_with_ignored_positions(names, where)
     smoothing = options.get("label_smoothing", 0.0)
     if smoothing:
         return (

@@ -318,3 +318,44 @@ def test_flattened_per_pixel_targets_train_as_the_composer_module(algorithm: str
         assert torch.equal(got, want)  # CutMix pastes the partner's box into the (B, H, W) targets
     for (name, got), want in zip(model.net.state_dict().items(), expected.net.state_dict().values(), strict=True):
         torch.testing.assert_close(got, want, msg=name)
+
+
+class WeightedGPT(GPTModule):
+    """A class ``weight=`` beside padding: torch's mean divides by the kept positions' summed class weights."""
+
+    def __init__(self, explicit_ignore_index: bool, reduction: str = "mean", smoothing: float = 0.0) -> None:
+        super().__init__(-1 if explicit_ignore_index else -100, "criterion", smoothing)
+        self.class_weight = torch.linspace(0.5, 2.0, VOCAB)
+        self.explicit_ignore_index, self.reduction = explicit_ignore_index, reduction
+        self.criterion = torch.nn.CrossEntropyLoss(weight=self.class_weight, reduction=reduction,
+                                                   label_smoothing=smoothing, ignore_index=self.ignore_index)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        if self.explicit_ignore_index:  # a criterion with ignore_index=-1: seen at setup
+            return super().training_step(batch, batch_idx)
+        x, y = batch  # inline, torch's default ignore_index (-100): the padding is seen in the step
+        logits, _ = self.model(x)
+        return F.cross_entropy(logits.view(-1, VOCAB), y.view(-1), weight=self.class_weight,
+                               reduction=self.reduction, label_smoothing=self.smoothing)
+
+
+@pytest.mark.parametrize("explicit_ignore_index", [True, False])
+def test_a_class_weight_with_ignored_positions_and_a_mean_is_refused_before_any_update(explicit_ignore_index: bool) -> None:
+    model = WeightedGPT(explicit_ignore_index)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises((BridgeConfigurationError, AlgorithmError), match=r"LabelSmoothing|the algorithms") as raised:
+        fit(model, [LabelSmoothing(0.2)], token_loader(model.ignore_index))
+    assert "weight=" in str(raised.value) and "reduction='sum'" in str(raised.value)
+    # a criterion's ignore_index is known at setup, which names the algorithm; an inline call's padding shows in the step
+    assert str(raised.value).startswith("LabelSmoothing replaces" if explicit_ignore_index else "the algorithms replace")
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())  # the refused step changed nothing
+
+
+def test_a_class_weight_with_ignored_positions_and_a_sum_equals_torchs_label_smoothing() -> None:
+    expected = WeightedGPT(True, reduction="sum", smoothing=0.2)  # plain Lightning, torch's label_smoothing=
+    fit(expected, [], token_loader(-1))
+    model = WeightedGPT(True, reduction="sum")
+    fit(model, [LabelSmoothing(0.2)], token_loader(-1))
+    torch.testing.assert_close(torch.stack(model.backward_losses), torch.stack(expected.backward_losses))
+    for (name, got), want in zip(model.state_dict().items(), expected.state_dict().values(), strict=True):
+        torch.testing.assert_close(got, want, msg=name)
