@@ -201,7 +201,9 @@ def test_the_large_setup_trains_in_bf16_mixed_through_the_task_the_gpu_run_uses(
     # 4-pixel steps (the last of 3 steps is part-way up its ramp: 60).
     assert [size for size, _ in training] == [(48, 48), (48, 48), (60, 60)]
     assert {dtype for _, dtype in training} == {torch.bfloat16}  # bf16-mixed reached the Trainer
-    assert [size for size, _, is_training in seen if not is_training] == [(64, 64)]
+    # Not training: ProgressiveResizing's size probe at the first batch (one example at the full and at the
+    # smallest size it will use, in eval mode), then validation at the full size.
+    assert [size for size, _, is_training in seen if not is_training] == [(64, 64), (48, 48), (64, 64)]
     assert 0.0 <= fit.quality <= 1.0 and fit.cpu_s > 0 and fit.wall_s > 0
     assert task.details["setup"]["image_size"] == 64
 
