@@ -104,8 +104,9 @@ _SLICES = textwrap.dedent("""
                 assert ours.shape == whole.shape and ours.placements == torchs.placements, (shape, placement)
                 assert torch.equal(ours.full_tensor(), whole), (shape, placement)
                 cases += 1
+        print(f"rank {rank}: {cases} cases equal", flush=True)
+        dist.barrier()  # both ranks done before either tears gloo down (a rank leaving early has aborted the other)
         dist.destroy_process_group()
-        print(f"rank {rank}: {cases} cases equal")
 
     if __name__ == "__main__":
         torch.multiprocessing.spawn(worker, args=(sys.argv[1],), nprocs=2)
