@@ -20,11 +20,10 @@ from torch.utils.data import DataLoader, TensorDataset
 from composer_bridge import (
     Algorithm,
     AlgorithmEngineCallback,
-    Event,
-    State,
 )
 from composer_bridge.algorithms import CutMix, LabelSmoothing, MixUp, SelectiveBackprop
 from composer_bridge.lightning.setup_checks import BridgeConfigurationError
+from tests.lightning.plain_loss_probes import Recorder, TargetProbe
 from tests.support import ComposerClassifier, ComposerModule, L, image_dataset, quiet_trainer
 
 CLASSES = 4
@@ -44,28 +43,6 @@ def loader(targets: str = "index") -> DataLoader:
     elif targets == "probabilities":  # cross-entropy on the dataset's own soft labels
         y = F.one_hot(y, CLASSES).float() * 0.7 + 0.3 / CLASSES
     return DataLoader(TensorDataset(x, y), batch_size=16)
-
-
-class TargetProbe(Algorithm):
-    """Listed last: at AFTER_LOSS it runs first (after-events run in reverse), so it sees the targets the loss used."""
-
-    def __init__(self) -> None:
-        self.targets: list[torch.Tensor] = []
-
-    def match(self, event: Event, state: State) -> bool:
-        return event == Event.AFTER_LOSS
-
-    def apply(self, event: Event, state: State, logger: Any) -> None:
-        self.targets.append(state.batch_get_item(1).detach().clone())
-
-
-class Recorder:
-    """The losses given to backward (Lightning's on_before_backward hook)."""
-
-    backward_losses: list[torch.Tensor]
-
-    def on_before_backward(self, loss: torch.Tensor) -> None:
-        self.backward_losses.append(loss.detach().clone())
 
 
 class Plain(Recorder, L.LightningModule):

@@ -22,34 +22,19 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
-from composer_bridge import Algorithm, AlgorithmEngineCallback, Event, State
+from composer_bridge import Algorithm, AlgorithmEngineCallback
 from composer_bridge.algorithms import CutMix, LabelSmoothing, MixUp, SelectiveBackprop
 from composer_bridge.core.algorithm import AlgorithmError
 from composer_bridge.lightning.setup_checks import BridgeConfigurationError
+from tests.lightning.plain_loss_probes import Recorder, TargetProbe
 from tests.support import ComposerModule, L, quiet_trainer
 
 B, T, FEATURES, CLASSES, VOCAB = 8, 6, 5, 4, 11
 STEPS = 4
 
 
-class TargetProbe(Algorithm):
-    """Listed last, so it runs first at AFTER_LOSS: the targets the loss used."""
-
-    def __init__(self) -> None:
-        self.targets: list[torch.Tensor] = []
-
-    def match(self, event: Event, state: State) -> bool:
-        return event == Event.AFTER_LOSS
-
-    def apply(self, event: Event, state: State, logger: Any) -> None:
-        self.targets.append(state.batch_get_item(1).detach().clone())
-
-
-class Recorder:
-    backward_losses: list[torch.Tensor]
-
-    def on_before_backward(self, loss: torch.Tensor) -> None:
-        self.backward_losses.append(loss.detach().clone())
+class SGDRecorder(Recorder):
+    """The shared recorder with this file's optimizer."""
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.SGD(self.parameters(), lr=0.5, momentum=0.9)  # type: ignore[attr-defined]
@@ -68,7 +53,7 @@ def feature_loader() -> DataLoader:
     return DataLoader(TensorDataset(x, y), batch_size=B)
 
 
-class Tagger(Recorder, L.LightningModule):
+class Tagger(SGDRecorder, L.LightningModule):
     """The step flattens (B, T, C) logits and (B, T) targets, as language models do."""
 
     def __init__(self, shape: str) -> None:
@@ -93,7 +78,7 @@ class Tagger(Recorder, L.LightningModule):
         return F.nll_loss(F.log_softmax(logits, dim=-1).view(-1, CLASSES), y.view(-1))
 
 
-class TaggerReference(Recorder, ComposerModule):
+class TaggerReference(SGDRecorder, ComposerModule):
     """The same network as a ComposerModule: (B, C, T) logits, cross-entropy against (B, T) or (B, C, T) targets."""
 
     def __init__(self) -> None:
@@ -175,7 +160,7 @@ def token_loader(ignore_index: int) -> DataLoader:
     return DataLoader(TensorDataset(x, y), batch_size=B)
 
 
-class GPTModule(Recorder, L.LightningModule):
+class GPTModule(SGDRecorder, L.LightningModule):
     """nanoGPT's loss line inside the model (``"inside"``) or in the step with a criterion (``"criterion"``)."""
 
     def __init__(self, ignore_index: int, shape: str, smoothing: float = 0.0) -> None:
@@ -278,7 +263,7 @@ def pixel_loader() -> DataLoader:
     return DataLoader(TensorDataset(x, y), batch_size=B)
 
 
-class Segmenter(Recorder, L.LightningModule):
+class Segmenter(SGDRecorder, L.LightningModule):
     def __init__(self) -> None:
         super().__init__()
         self.net = segmenter()
@@ -293,7 +278,7 @@ class Segmenter(Recorder, L.LightningModule):
         return F.cross_entropy(logits, y.view(-1))
 
 
-class SegmenterReference(Recorder, ComposerModule):
+class SegmenterReference(SGDRecorder, ComposerModule):
     def __init__(self) -> None:
         super().__init__()
         self.net = segmenter()
