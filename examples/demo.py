@@ -38,9 +38,9 @@ import statistics
 import sys
 import time
 import warnings
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))  # benchmarks/pareto.py: the runs, speed-ups and plots
@@ -48,7 +48,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))  # benchmarks/pareto.py: the runs, 
 import pareto  # noqa: E402
 
 LANGUAGE_BUDGETS = (25, 50, 100)  # optimizer steps (the first three of benchmarks/pareto.py)
-VISION_BUDGETS = (23, 46)  # optimizer steps (1 and 2 epochs of digits)
+VISION = pareto.VISION_SETUPS["cluttered"]  # cluttered digits at 16x16, batch 32
+VISION_BUDGETS = VISION.budgets  # optimizer steps: 150 (far from the plateau), 300 (near it), 600 (on it)
 LANGUAGE_RECIPE = "gpt-fast, short ALiBi"
 
 
@@ -57,46 +58,48 @@ def language_recipe(total_steps: int) -> list[Any]:
     return pareto.language_recipe("gpt-fast", alibi={"train_sequence_length_scaling": 0.25})(total_steps)
 
 
-def run_grid(task: dict[str, Any], configs: dict[str, Any], budgets: list[int], seeds: list[int],
-             train: Any, echo: bool = True) -> tuple[list[pareto.Run], dict[str, Any]]:
-    """Every configuration at every budget for every seed, the configurations interleaved."""
-    runs, bridges = [], {}
-    for seed in seeds:
-        for budget in budgets:
-            for config, build in configs.items():
-                fit = train(config, build(budget), budget, seed)
-                runs.append(pareto.Run(task["name"], config, budget, seed, fit.quality, fit.cpu_s, fit.wall_s,
-                                       os.getloadavg()[0]))
-                if fit.bridge is not None:
-                    bridges[config] = fit.bridge
-                if echo:
-                    print(f"  {config:<22} {budget:>4} steps, seed {seed}: {task['quality']} {fit.quality:.4f} "
-                          f"after {fit.cpu_s:.1f} s of training", flush=True)
-    return runs, bridges
+def vision_train(config: str, algorithms: list[Any], steps: int, seed: int) -> pareto.Fit:
+    """One cluttered-digits run of ``steps`` steps, its whole schedule scaled to them."""
+    return pareto.vision_train(config, algorithms, steps, seed, setup=VISION)
 
 
-def second_process(recipe: str, vision_budgets: list[int], language_budgets: list[int], seeds: list[int],
-                   language_seeds: list[int], threads: int) -> tuple[list[pareto.Run], list[pareto.Run], str, str]:
-    """The second process's share: the whole vision grid, then the language grid for ``language_seeds``.
+class Curve(NamedTuple):
+    """One configuration's runs at every budget for one seed, and the recipe's plan and cost report."""
 
-    Returns the vision runs, the language runs, and the vision recipe's plan and cost report.
-    """
+    task: str
+    config: str
+    seed: int
+    runs: list[pareto.Run]
+    plan: str
+    cost_report: str
+
+
+def train_curve(task: str, config: str, seed: int, budgets: list[int], vision_recipe: str) -> Curve:
+    """Every budget of one (task, configuration, seed), in a worker process (one torch thread)."""
+    if task == "vision":
+        build = (lambda steps: []) if config == "baseline" else pareto.vision_recipe(vision_recipe, VISION.image_size)
+        train = vision_train
+    else:
+        build = (lambda steps: []) if config == "baseline" else language_recipe
+        train = pareto.language_train
+    runs, plan, cost = [], "", ""
+    for budget in budgets:
+        fit = train(config, build(budget), budget, seed)
+        runs.append(pareto.Run(task, config, budget, seed, fit.quality, fit.cpu_s, fit.wall_s, os.getloadavg()[0]))
+        if fit.bridge is not None:
+            plan, cost = str(fit.bridge.plan()), str(fit.bridge.cost_report())
+    return Curve(task, config, seed, runs, plan, cost)
+
+
+def start_worker(threads: int) -> None:
+    """Each worker's first steps pay for lazy initialisation: a short run of each task, not timed."""
     import torch
 
     _quiet()
     if threads > 0:
         torch.set_num_threads(threads)
-    pareto.vision_train("warm-up", [], 2, 0)
-    task = {"name": "vision", "quality": "accuracy"}
-    runs, bridges = run_grid(task, {"baseline": lambda steps: [], recipe: pareto.vision_recipe(recipe)},
-                             vision_budgets, seeds, pareto.vision_train, echo=False)
-    bridge = bridges.get(recipe)
-    language_runs: list[pareto.Run] = []
-    if language_seeds:
-        pareto.language_train("warm-up", [], 2, 0)
-        language_runs, _ = run_grid({"name": "language"}, {"baseline": lambda steps: [], LANGUAGE_RECIPE: language_recipe},
-                                    language_budgets, language_seeds, pareto.language_train, echo=False)
-    return runs, language_runs, (str(bridge.plan()) if bridge else ""), (str(bridge.cost_report()) if bridge else "")
+    vision_train("warm-up", [], 2, 0)
+    pareto.language_train("warm-up", [], 2, 0)
 
 
 def _quiet() -> None:
@@ -190,23 +193,33 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     language = {"name": "language", "quality": "bits/char", "higher_is_better": False, "unit": "steps"}
     vision = {"name": "vision", "quality": "accuracy", "higher_is_better": True, "unit": "steps"}
     language_budgets, vision_budgets = capped(LANGUAGE_BUDGETS), capped(VISION_BUDGETS)
-    print(f"[1/2] language: char-level GPT on the stdlib source, baseline vs {LANGUAGE_RECIPE!r}, "
+    print(f"language: char-level GPT on the stdlib source, baseline vs {LANGUAGE_RECIPE!r}, "
           f"{language_budgets} steps x {len(seeds)} seeds")
-    print(f"[2/2] vision: digits ResNet, baseline vs recipe {args.recipe} (scaled to each run's length), "
-          f"{vision_budgets} steps x {len(seeds)} seeds, in a second process (one core each)", flush=True)
-    print("(the second process also trains the last language seed; its lines are not echoed)\n", flush=True)
-    # Two single-threaded processes share the work (the language grid costs about three times the
-    # vision grid, so the second process also takes the last language seed). Timings are each
-    # process's own CPU time, so the processes do not disturb each other's measurements; on 2 cores
+    print(f"vision: cluttered digits ({VISION.image_size}x{VISION.image_size}), ResNet, baseline vs recipe "
+          f"{args.recipe} (scaled to each run's length), {vision_budgets} steps x {len(seeds)} seeds")
+    # Two single-threaded worker processes share the curves, the costly vision curves first. Timings
+    # are each process's own CPU time, so the two do not disturb each other's measurements; on 2 cores
     # this halves the wait.
-    here, there = seeds[:-1] if len(seeds) > 1 else seeds, seeds[-1:] if len(seeds) > 1 else []
-    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        job = pool.submit(second_process, args.recipe, vision_budgets, language_budgets, seeds, there, args.threads)
-        pareto.language_train("warm-up", [], 2, 0)  # the first steps of a process pay for lazy initialisation
-        lang_runs, _ = run_grid(language, {"baseline": lambda steps: [], LANGUAGE_RECIPE: language_recipe},
-                                language_budgets, here, pareto.language_train)
-        vis_runs, more_lang_runs, plan, cost_report = job.result()
-    lang_runs += more_lang_runs
+    jobs = [("vision", config, seed, vision_budgets) for seed in seeds for config in ("baseline", args.recipe)]
+    jobs += [("language", config, seed, language_budgets) for seed in seeds for config in ("baseline", LANGUAGE_RECIPE)]
+    print(f"{len(jobs)} curves on 2 worker processes (one core each); each line is one finished curve:\n", flush=True)
+    curves: list[Curve] = []
+    with ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn"),
+                             initializer=start_worker, initargs=(args.threads,)) as pool:
+        pending = [pool.submit(train_curve, task, config, seed, budgets, args.recipe)
+                   for task, config, seed, budgets in jobs]
+        for done in as_completed(pending):
+            curve = done.result()
+            curves.append(curve)
+            name = "bits/char" if curve.task == "language" else "accuracy"
+            points = ", ".join(f"{r.quality:.3f} at {r.budget}" for r in curve.runs)
+            print(f"  [{len(curves):>2}/{len(jobs)}] {curve.task:<8} {curve.config:<22} seed {curve.seed}: {name} "
+                  f"{points} steps ({sum(r.cpu_s for r in curve.runs):.1f} s of training)", flush=True)
+    lang_runs = [r for c in curves if c.task == "language" for r in c.runs]
+    vis_runs = [r for c in curves if c.task == "vision" for r in c.runs]
+    recipe_curves = [c for c in curves if c.task == "vision" and c.config == args.recipe]
+    plan = recipe_curves[-1].plan if recipe_curves else ""
+    cost_report = recipe_curves[-1].cost_report if recipe_curves else ""
 
     print("\n" + "=" * 78)
     print("Language: validation bits per character (lower is better); Q = the baseline's best, per seed")

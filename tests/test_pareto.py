@@ -166,6 +166,25 @@ def test_the_large_vision_setup_upsamples_the_digits_once_bilinearly(pareto) -> 
     assert pareto.VISION_SETUPS["small"] == pareto.VisionSetup("small", 8, (16, 32), 64, (12, 23, 46, 92), (12, 23, 46))
 
 
+def test_the_demos_cluttered_setup_is_cluttered_digits_at_16_pixels_and_its_recipe_fits_them(pareto) -> None:
+    from composer_bridge.data import cluttered_digits_datasets
+
+    setup = pareto.VISION_SETUPS["cluttered"]
+    train, val = pareto.vision_loaders(setup, seed=2)
+    expected_train, expected_val = cluttered_digits_datasets(image_size=16, copies=2, train_per_class=50)
+    assert torch.equal(train.dataset.tensors[0], expected_train.tensors[0])
+    assert torch.equal(val.dataset.tensors[1], expected_val.tensors[1])
+    assert len(train.dataset) == 1000 and train.batch_size == 32
+    # The seed orders the batches (two seeds, two orders), not the task.
+    other, _ = pareto.vision_loaders(setup, seed=3)
+    assert not torch.equal(next(iter(train))[1], next(iter(other))[1])
+    # mild's ProgressiveResizing starts at 12x12 of the 16x16 images and grows by 4 pixels.
+    resizing = [a for a in pareto.vision_recipe("mild", setup.image_size)(300) if type(a).__name__ == "ProgressiveResizing"]
+    assert (resizing[0].initial_scale, resizing[0].size_increment) == (0.75, 4)
+    fit = pareto.vision_train("baseline", [], 2, 0, setup=setup)
+    assert 0.0 <= fit.quality <= 1.0 and fit.cpu_s > 0
+
+
 def test_the_large_setup_trains_in_bf16_mixed_through_the_task_the_gpu_run_uses(pareto, monkeypatch) -> None:
     """On the CPU, with narrow widths and 32 images so it is quick: precision, image size and recipe reach the run."""
     import dataclasses
