@@ -70,7 +70,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from composer_bridge.search.scoring import strict_speedup, time_to_reach  # noqa: F401  (time_to_reach: examples/demo.py uses pareto.time_to_reach)
+from composer_bridge.search.scoring import strict_speedup, time_to_reach  # noqa: F401  (for examples/demo.py and the tests)
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))

@@ -8,6 +8,7 @@ arguments, which exercises the same code without paying for a fresh interpreter 
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 import os
 import subprocess
@@ -52,9 +53,12 @@ def test_demo_trains_both_runs_and_reports_speedup_plan_cost_png_and_wandb(tmp_p
     assert result.returncode == 0, result.stderr[-3000:]
     text = result.stdout
     assert "baseline" in text and "recipe mild" in text
-    assert "Speed-up to the baseline's accuracy" in text or "did not reach the baseline's final accuracy" in text
+    assert text.count("the baseline's best (at 3 steps)") == 3  # a line per seed: Q, and each side's time to it
+    assert "the recipe reached it after" in text or "the recipe never reached it" in text
     assert "plan" in text and "ProgressiveResizing" in text  # the plan lists the recipe's algorithms
     assert "total ms" in text  # the cost report's header
+    runs_json = json.loads((out / "demo_runs.json").read_text())
+    assert {(r["task"], r["seed"]) for r in runs_json["runs"]} == {(t, s) for t in ("language", "vision") for s in (0, 1, 2)}
     png = out / "demo_accuracy.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     runs = sorted((out / "wandb").glob("offline-run-*"))
