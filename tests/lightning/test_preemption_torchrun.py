@@ -26,18 +26,29 @@ from support import REPO
 pytestmark = [pytest.mark.preemption, pytest.mark.timeout(900)]
 
 SCRIPT = """
-import os, sys, time
+import datetime, os, sys
 from pathlib import Path
 import torch
 from preemption import CADENCES, segment
 
 kill = sys.argv[1] == "kill"
 rank, attempt = int(os.environ["RANK"]), int(os.environ["TORCHELASTIC_RESTART_COUNT"])
-if attempt > 0 and rank == 0:
-    # A restarted round's workers meet in torchrun's store, which still holds the killed round's keys: seen
-    # under load, rank 0 read the dead rank 1's gloo address before the new rank 1 wrote its own
-    # ("connectFullMesh failed ... Connection refused"). Rank 0 gives rank 1 a head start.
-    time.sleep(3)
+# A restarted round's workers meet in torchrun's store (the agent's, kept from round to round), which still
+# holds the killed round's keys. Under the same process-group keys a new worker may read a dead worker's
+# gloo address and fail with "connectFullMesh failed ... Connection refused", or hang (now and then under
+# load; in 4 launches of 5 with rank 0 started 10 s late, below). So the script creates the process group itself, its keys under the round's own
+# prefix; Lightning finds it initialised and uses it.
+# For checking this by hand: "late rank 0" starts rank 0 of a restarted round 10 s late; "shared keys"
+# leaves the group to Lightning (the same keys in every round).
+if "late rank 0" in sys.argv[2:] and attempt > 0 and rank == 0:
+    import time
+    time.sleep(10)
+if "shared keys" not in sys.argv[2:]:
+    agent_store = torch.distributed.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                                             int(os.environ["WORLD_SIZE"]), is_master=False,
+                                             timeout=datetime.timedelta(seconds=300))
+    torch.distributed.init_process_group("gloo", store=torch.distributed.PrefixStore(f"round{attempt}", agent_store),
+                                         rank=rank, world_size=int(os.environ["WORLD_SIZE"]))
 directory = Path("checkpoints")
 directory.mkdir(exist_ok=True)
 last = directory / "last.ckpt"
@@ -54,9 +65,9 @@ torch.distributed.destroy_process_group()
 def torchrun(directory: Path, mode: str) -> list[object]:
     """The script under ``torchrun --nproc-per-node=2 --max-restarts=1``; each rank's final outcome.
 
-    Gloo's connection of the two workers has been seen to fail under heavy load ("Gloo connectFullMesh
-    failed ... Connection refused": at the first start once in four runs with the machine's load average
-    near 12, and twice in a row at the restart while other distributed tests ran beside it); such a
+    Gloo's first connection of the two workers was seen to fail once under heavy load ("Gloo
+    connectFullMesh failed ... Connection refused", load average near 12, before the script gave each
+    round its own keys; the failures at restarts were the stale keys the script now avoids); such a
     launch is run again from scratch, up to three times.
     """
     for attempt in (0, 1, 2):
@@ -68,7 +79,7 @@ def torchrun(directory: Path, mode: str) -> list[object]:
     return [torch.load(directory / f"outcome-rank{rank}.pt", weights_only=False) for rank in (0, 1)]
 
 
-def _launch(directory: Path, mode: str) -> subprocess.CompletedProcess:
+def _launch(directory: Path, mode: str, *extra: str) -> subprocess.CompletedProcess:
     directory.mkdir(parents=True)
     (directory / "run.py").write_text(SCRIPT)
     env = dict(os.environ)
@@ -77,7 +88,7 @@ def _launch(directory: Path, mode: str) -> subprocess.CompletedProcess:
     for inherited in ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "GROUP_RANK", "RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(inherited, None)
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-               "--max-restarts=1", "--monitor-interval=0.5", "run.py", mode]
+               "--max-restarts=1", "--monitor-interval=0.5", "run.py", mode, *extra]
     return subprocess.run(command, cwd=directory, env=env, capture_output=True, text=True, timeout=600)
 
 
@@ -93,3 +104,4 @@ def test_a_worker_killed_under_torchrun_restarts_from_last_ckpt_and_ends_like_th
             found = [f for f in found if not (f.startswith("bridge.algorithms[3].state.ema_weights") and "running_" in f)]
         assert found == [], rank
         assert restarted[rank].bridge["timestamp"]["batch"] == 12
+
