@@ -88,13 +88,12 @@ def train_curve(task: str, config: str, seed: int, budgets: list[int], vision_re
     else:
         build = (lambda steps: []) if config == "baseline" else language_recipe
         train = pareto.language_train
-    runs, plan, cost = [], "", ""
+    runs = []
     for budget in budgets:
         fit = train(config, build(budget), budget, seed)
         runs.append(pareto.Run(task, config, budget, seed, fit.quality, fit.cpu_s, fit.wall_s, os.getloadavg()[0]))
-        if fit.bridge is not None:
-            plan, cost = str(fit.bridge.plan()), str(fit.bridge.cost_report())
-    return Curve(task, config, seed, runs, plan, cost)
+    bridge = fit.bridge  # the longest run's
+    return Curve(task, config, seed, runs, str(bridge.plan()) if bridge else "", str(bridge.cost_report()) if bridge else "")
 
 
 def start_worker(threads: int) -> None:
@@ -217,7 +216,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for done in as_completed(pending):
             curve = done.result()
             curves.append(curve)
-            name = "bits/char" if curve.task == "language" else "accuracy"
+            name = {"language": language, "vision": vision}[curve.task]["quality"]
             points = ", ".join(f"{r.quality:.3f} at {r.budget}" for r in curve.runs)
             print(f"  [{len(curves):>2}/{len(jobs)}] {curve.task:<8} {curve.config:<22} seed {curve.seed}: {name} "
                   f"{points} steps ({sum(r.cpu_s for r in curve.runs):.1f} s of training)", flush=True)

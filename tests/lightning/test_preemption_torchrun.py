@@ -36,19 +36,14 @@ rank, attempt = int(os.environ["RANK"]), int(os.environ["TORCHELASTIC_RESTART_CO
 # A restarted round's workers meet in torchrun's store (the agent's, kept from round to round), which still
 # holds the killed round's keys. Under the same process-group keys a new worker may read a dead worker's
 # gloo address and fail with "connectFullMesh failed ... Connection refused", or hang (now and then under
-# load; in 4 launches of 5 with rank 0 started 10 s late, below). So the script creates the process group itself, its keys under the round's own
-# prefix; Lightning finds it initialised and uses it.
-# For checking this by hand: "late rank 0" starts rank 0 of a restarted round 10 s late; "shared keys"
-# leaves the group to Lightning (the same keys in every round).
-if "late rank 0" in sys.argv[2:] and attempt > 0 and rank == 0:
-    import time
-    time.sleep(10)
-if "shared keys" not in sys.argv[2:]:
-    agent_store = torch.distributed.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
-                                             int(os.environ["WORLD_SIZE"]), is_master=False,
-                                             timeout=datetime.timedelta(seconds=300))
-    torch.distributed.init_process_group("gloo", store=torch.distributed.PrefixStore(f"round{attempt}", agent_store),
-                                         rank=rank, world_size=int(os.environ["WORLD_SIZE"]))
+# load; in 4 launches of 5 when rank 0 of the restarted round was made to start 10 s late). So the script
+# creates the process group itself, its keys under the round's own prefix; Lightning finds it initialised
+# and uses it.
+agent_store = torch.distributed.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                                         int(os.environ["WORLD_SIZE"]), is_master=False,
+                                         timeout=datetime.timedelta(seconds=300))
+torch.distributed.init_process_group("gloo", store=torch.distributed.PrefixStore(f"round{attempt}", agent_store),
+                                     rank=rank, world_size=int(os.environ["WORLD_SIZE"]))
 directory = Path("checkpoints")
 directory.mkdir(exist_ok=True)
 last = directory / "last.ckpt"
@@ -79,7 +74,7 @@ def torchrun(directory: Path, mode: str) -> list[object]:
     return [torch.load(directory / f"outcome-rank{rank}.pt", weights_only=False) for rank in (0, 1)]
 
 
-def _launch(directory: Path, mode: str, *extra: str) -> subprocess.CompletedProcess:
+def _launch(directory: Path, mode: str) -> subprocess.CompletedProcess:
     directory.mkdir(parents=True)
     (directory / "run.py").write_text(SCRIPT)
     env = dict(os.environ)
@@ -88,7 +83,7 @@ def _launch(directory: Path, mode: str, *extra: str) -> subprocess.CompletedProc
     for inherited in ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "GROUP_RANK", "RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(inherited, None)
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-               "--max-restarts=1", "--monitor-interval=0.5", "run.py", mode, *extra]
+               "--max-restarts=1", "--monitor-interval=0.5", "run.py", mode]
     return subprocess.run(command, cwd=directory, env=env, capture_output=True, text=True, timeout=600)
 
 
