@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from composer_bridge.core.logger import Logger
     from composer_bridge.core.state import State
 
-__all__ = ["CAPABILITIES", "Algorithm", "AlgorithmError", "check_algorithms", "check_unique", "declaring"]
+__all__ = ["CAPABILITIES", "Algorithm", "AlgorithmError", "check_algorithms", "check_owners", "check_unique", "declaring"]
 
 
 class Algorithm(ABC):
@@ -82,6 +82,14 @@ class Algorithm(ABC):
     #: target position ignored in one example (``ignore_index``) is not ignored in its partner, so
     #: the bridge refuses such losses when it mixes the targets themselves.
     mixes_examples: bool = False
+
+    #: Takes over the optimizer the user's ``configure_optimizers`` built (Muon, ScheduleFree): the
+    #: bridge hands it the user's optimizers at ``FIT_START`` and trains with what it returns; two
+    #: such algorithms in one run are refused at setup, naming both (:func:`check_owners`).
+    owns_optimizer: bool = False
+    #: Replaces (or removes) the user's learning-rate schedule (WarmupStableDecay; ScheduleFree,
+    #: which trains without one): two such algorithms in one run are refused at setup, naming both.
+    owns_schedule: bool = False
 
     # --- what it needs from the training loop (refused at setup when missing) -----------------
     #: Acts between the forward pass and the loss (the BEFORE_FORWARD ... AFTER_LOSS events): a
@@ -170,6 +178,31 @@ def check_unique(algorithms: Sequence[Algorithm]) -> None:
                 f"apply it twice). Keep one {name}(...) with the settings you want."
             )
         seen.add(name)
+
+
+def check_owners(algorithms: Iterable[Any]) -> None:
+    """Refuse two algorithms that both own the optimizer, or both the learning-rate schedule, naming both.
+
+    Example:
+        >>> class Schedule(Algorithm):
+        ...     owns_schedule = True
+        ...     def match(self, event, state): return False
+        ...     def apply(self, event, state, logger): pass
+        >>> check_owners([Schedule()])
+        >>> check_owners([Schedule(), Schedule()])
+        Traceback (most recent call last):
+        ...
+        ValueError: Schedule and Schedule both replace the learning-rate schedule ...
+    """
+    algorithms = list(algorithms)
+    for capability, what in (("owns_optimizer", "take over the optimizer"), ("owns_schedule", "replace the learning-rate schedule")):
+        owners = [a for a in algorithms if getattr(a, capability, False)]
+        if len(owners) > 1:
+            first, second = (type(a).__name__ for a in owners[:2])
+            raise ValueError(
+                f"{first} and {second} both {what} of the run ({capability}); only one can. Keep one of them "
+                f"(a schedule-free optimizer needs no schedule; Muon keeps your own scheduler)."
+            )
 
 
 def declaring(algorithms: Iterable[Any], capability: str) -> list[Any]:
