@@ -8,7 +8,7 @@ The same network (a small ResNet-style CNN, 1x16x16 images, batch 32, 10 classes
   the comparison (two identical arms differ only by when they ran);
 - ``plain``: a LightningModule written the usual way (``self.criterion(self(x), y)`` in
   ``training_step``): the bridge watches the criterion's ``F.cross_entropy`` call
-  (``composer_bridge/lightning/plain_loss.py``).
+  (``composer_bridge/lightning/plain_loss/``).
 
 Every round runs each arm once for ``--steps`` steps, in a new seeded random order; ``--rounds``
 rounds are run. A step is timed in the training thread's CPU time (``time.thread_time_ns``) from
@@ -122,7 +122,7 @@ def patch_cost_us(repeats: int = 20000) -> float:
     """CPU microseconds one step spends entering and leaving the scoped patch and dispatching one call through it."""
     import torch.nn.functional as F
 
-    from composer_bridge.lightning import loss_calls
+    from composer_bridge.lightning.plain_loss import torch_functions
 
     logits, targets = torch.zeros(2, 3), torch.tensor([0, 1])
 
@@ -133,7 +133,7 @@ def patch_cost_us(repeats: int = 20000) -> float:
         start = time.thread_time_ns()
         for _ in range(repeats):
             if patched:
-                with loss_calls.intercept(through):
+                with torch_functions.intercept(through):
                     F.cross_entropy(logits, targets)
             else:
                 F.cross_entropy(logits, targets)

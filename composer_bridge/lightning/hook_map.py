@@ -47,7 +47,7 @@ HOOK_EVENTS: dict[str, tuple[Event, ...]] = {
         Event.BEFORE_FORWARD, Event.AFTER_FORWARD, Event.BEFORE_LOSS, Event.AFTER_LOSS, Event.BEFORE_BACKWARD,
     ),
     "training_step[plain]": (Event.BEFORE_BACKWARD,),  # a module without forward/loss apart
-    # ... with an algorithm that needs the loss events: around the loss call seen inside it (plain_loss.py)
+    # ... with an algorithm that needs the loss events: around the loss call seen inside it (plain_loss/step_events.py)
     "training_step[loss]": (
         Event.BEFORE_FORWARD, Event.AFTER_FORWARD, Event.BEFORE_LOSS, Event.AFTER_LOSS, Event.BEFORE_BACKWARD,
     ),

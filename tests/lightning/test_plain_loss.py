@@ -382,7 +382,8 @@ def test_a_resumed_plain_run_equals_the_uninterrupted_one(saved: str, tmp_path: 
         assert torch.equal(got, want), name
 
 
-@pytest.mark.parametrize("name", ["plain_loss", "loss_calls"])
+@pytest.mark.parametrize("name", ["plain_loss", "plain_loss.torch_functions", "plain_loss.seen_call",
+                                  "plain_loss.setup_refusals", "plain_loss.step_events"])
 def test_docstring_examples_hold(name: str) -> None:
     import doctest
     import importlib

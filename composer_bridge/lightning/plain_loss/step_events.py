@@ -1,86 +1,40 @@
-"""The loss events for a plain LightningModule, whose ``training_step`` computes forward and loss itself.
+"""The per-step interception: a plain module's ``training_step`` wrapped so that the loss events fire inside it.
 
-LabelSmoothing, MixUp, CutMix and SelectiveBackprop act between the forward pass and the loss.
-A :class:`~composer_bridge.ComposerModule` keeps the two apart; a plain module's
-``training_step`` does both, in one of two shapes::
+:class:`PlainLossStep` replaces ``training_step`` on the module instance for the run. In each step
+it fires ``BEFORE_FORWARD`` on the batch, runs the user's step while
+:func:`~composer_bridge.lightning.plain_loss.torch_functions.intercept` routes torch's loss calls
+to it, and for each call
 
-    loss = self.criterion(self(x), y)          # a criterion submodule (nn.CrossEntropyLoss(), ...)
-    loss = F.cross_entropy(self(x), y)         # a functional call
+1. classifies it (:meth:`PlainLossStep._classify`): the batch's own targets, a flattened view of
+   them, class indices derived inside the step, or another call that passes through unchanged;
+2. for the step's loss, fires the loss events (:meth:`PlainLossStep._fire_loss_events`):
+   ``AFTER_FORWARD`` on the call's input, ``BEFORE_LOSS`` on a copy of the batch, the call
+   recomputed on the algorithms' targets (:class:`~composer_bridge.lightning.plain_loss.seen_call.LossCall`),
+   ``AFTER_LOSS``;
 
-Both end in a call of ``torch.nn.functional.cross_entropy`` (or ``binary_cross_entropy_with_logits``,
-``binary_cross_entropy``, ``nll_loss``): the criterion modules call the functional form.
-:class:`PlainLossStep` wraps ``training_step`` so that, for one step:
-
-1. ``BEFORE_FORWARD`` fires on the batch Lightning passes (MixUp and CutMix mix its inputs), and
-   ``training_step`` receives the result;
-2. while it runs, those functions are seen on this thread (:mod:`~composer_bridge.lightning.loss_calls`);
-   the first call whose target *is* the batch's target tensor (``batch[target_key]``, or a view
-   of it with the same shape, such as ``y.view(-1)`` of a 1-D ``y``) becomes the step's loss:
-   ``AFTER_FORWARD`` (``state.outputs`` = the call's input, the logits), ``BEFORE_LOSS`` (the
-   algorithms replace the targets in a copy of the batch), the call itself with the new targets
-   and the call's own options, ``AFTER_LOSS``; the call returns ``state.loss``;
-3. after the step, ``BEFORE_BACKWARD`` on the loss the step returned (MixUp's and CutMix's
-   ``interpolate_loss=True`` act here, through :class:`~composer_bridge.core.loss_source.LossSource`).
-
-Sequence shapes, recognised in step 2:
-
-- **flattened targets**: ``F.cross_entropy(logits.view(-1, C), y.view(-1))`` where ``y.view(-1)``
-  shares the storage of the batch's ``(B, T)`` targets, element for element: the call's logits are
-  shown to the algorithms, and the call computed, as a classifier's ``(B, C, T)`` logits against
-  the ``(B, T)`` targets, so per-sample algorithms pair and select samples, not positions;
-- **ignored positions**: with algorithms that replace targets position by position (LabelSmoothing),
-  the positions equal to the call's ``ignore_index`` get all-zero target rows and the mean is over
-  the others, as torch computes it for index targets;
-- **targets derived inside the step** (a Hugging Face model's shifted labels): when every loss
-  algorithm acts position by position, the first cross-entropy/nll call on class indices of the
-  labels' dtype is the loss;
-- **nll_loss** with probability targets is ``-sum(p * input)``, checked once to read log-probabilities.
-
-The loss is then exactly the one a ComposerModule computes with the same network and loss
-function: the same targets go into the same function. The user's code never sees the new
-targets: its ``y`` is still the batch's tensor, so metrics computed from it (torchmetrics),
-logging and validation see the real labels.
-
-What cannot be made exact is refused, at setup where the module shows it (a criterion
-submodule's options, manual optimization) and otherwise in the first step that shows it, before
-any backward pass (so no weight changes): a step that never calls a supported loss on the
-batch's targets, ``nll_loss`` on values that are not log-probabilities, an ``ignore_index`` with
-targets mixed across examples, ``label_smoothing=`` with targets turned into probabilities, derived
-targets (``y.float()``, a copy) for algorithms that act per sample, a batch that is a bare tensor.
-
-Example:
-    >>> import torch
-    >>> from composer_bridge.algorithms import LabelSmoothing
-    >>> check_plain_module([LabelSmoothing(0.1)], torch.nn.Module())  # nothing to refuse
-    >>> class Model(torch.nn.Module):
-    ...     automatic_optimization = True
-    ...     def __init__(self):
-    ...         super().__init__()
-    ...         self.criterion = torch.nn.CrossEntropyLoss(label_smoothing=0.2)
-    >>> try:
-    ...     check_plain_module([LabelSmoothing(0.1)], Model())
-    ... except ValueError as error:
-    ...     print(str(error)[:73])
-    LabelSmoothing replaces the targets by probabilities, but Model.criterion
+then ``BEFORE_BACKWARD`` on the loss the step returned. What only a step can show (no loss call on
+the batch's targets, a second loss, ``nll_loss`` on values that are not log-probabilities) is
+refused there, before any backward pass. The object is also the state's
+:class:`~composer_bridge.core.loss_source.LossSource` (SelectiveBackprop ranks examples with it)
+and records the loss it saw for checkpoints (:data:`CHECKPOINT_KEY`).
 """
 
 from __future__ import annotations
 
 import copy
 import inspect
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from composer_bridge.core.algorithm import declaring
-from composer_bridge.core.batch import BatchKey, get_batch_item, set_batch_item
+from composer_bridge.core.batch import get_batch_item, set_batch_item
 from composer_bridge.core.loss_source import LossNotSeenYet
-from composer_bridge.lightning import loss_calls
 from composer_bridge.lightning.errors import BridgeConfigurationError
 from composer_bridge.lightning.hook_map import HOOK_EVENTS
-from composer_bridge.lightning.loss_call import (
+from composer_bridge.lightning.plain_loss import torch_functions
+from composer_bridge.lightning.plain_loss.seen_call import (
     LossCall,
     call_options,
     class_indices_for,
@@ -88,139 +42,24 @@ from composer_bridge.lightning.loss_call import (
     not_log_probabilities,
     same_tensor,
     shares_storage,
-    weighted_mean_with_ignored_positions,
+)
+from composer_bridge.lightning.plain_loss.setup_refusals import (
+    FIX_SHAPE,
+    common_key,
+    loss_algorithms,
+    names_of,
+    refusal,
 )
 
-__all__ = ["CHECKPOINT_KEY", "PlainLossStep", "check_plain_module"]
+if TYPE_CHECKING:
+    from composer_bridge.lightning.steps import ModuleSteps
+
+__all__ = ["CHECKPOINT_KEY", "PlainLossStep"]
 
 #: where a checkpoint keeps the loss a plain module's training_step was seen to compute
 CHECKPOINT_KEY = "composer_bridge/plain_loss"
 
 BEFORE_FORWARD, AFTER_FORWARD, BEFORE_LOSS, AFTER_LOSS, BEFORE_BACKWARD = HOOK_EVENTS["training_step[loss]"]
-
-_CRITERIA: dict[type, str] = {
-    torch.nn.CrossEntropyLoss: "cross_entropy",
-    torch.nn.BCEWithLogitsLoss: "binary_cross_entropy_with_logits",
-    torch.nn.BCELoss: "binary_cross_entropy",
-    torch.nn.NLLLoss: "nll_loss",
-}
-_FIX_SHAPE = (
-    "compute the loss in training_step with nn.CrossEntropyLoss / F.cross_entropy on the logits (or "
-    "nn.BCEWithLogitsLoss / F.binary_cross_entropy_with_logits) and the batch's target tensor itself, or subclass "
-    "composer_bridge.ComposerModule (forward(batch) and loss(outputs, batch))"
-)
-
-
-def _needy(algorithms: Sequence[Any]) -> list[Any]:
-    return declaring(algorithms, "needs_loss_events")
-
-
-def _names(algorithms: Sequence[Any]) -> str:
-    return ", ".join(type(a).__name__ for a in algorithms)
-
-
-def _common_key(algorithms: Sequence[Any], attribute: str, default: BatchKey | None) -> BatchKey | None:
-    keys = [(type(a).__name__, getattr(a, attribute)) for a in algorithms if hasattr(a, attribute)]
-    if any(key != keys[0][1] for _, key in keys):
-        listed = ", ".join(f"{name}({attribute}={key!r})" for name, key in keys)
-        raise BridgeConfigurationError(
-            f"{listed} point at different parts of the batch; with a plain LightningModule the bridge recognises "
-            f"the loss by the one tensor they name. Fix: give them the same {attribute}."
-        )
-    return keys[0][1] if keys else default
-
-
-def _refusal(kind: str, options: Mapping[str, Any], replacing: Sequence[Any], where: str) -> str | None:
-    """Why ``kind`` with ``options`` cannot take the probability targets ``replacing`` produce, if it cannot.
-
-    ``nll_loss`` can, on log-probabilities (checked in the first step, where its input shows); an
-    ``ignore_index`` can for algorithms that replace each target position by itself (LabelSmoothing),
-    whose ignored positions are left out exactly as torch leaves them out, but not for algorithms that
-    mix an example's targets with a partner's (MixUp, CutMix): the partner's positions are not ignored.
-    """
-    if kind not in ("cross_entropy", "nll_loss"):
-        return None
-    names = _names(replacing)
-    ignore_index = options.get("ignore_index", -100)
-    mixing = [a for a in replacing if getattr(a, "mixes_examples", False)]
-    if ignore_index != -100 and mixing:
-        return (
-            f"{_names(mixing)} mixes each example's targets with a partner's, but {where} has "
-            f"ignore_index={ignore_index}: a position ignored in one example is a real target in its partner, so the "
-            "mixed targets cannot leave the ignored positions out. Fix: use "
-            f"{_names(mixing)}(interpolate_loss=True) (each loss keeps its own ignored positions), or drop ignore_index."
-        )
-    # with a class weight, a mean and padding (a non-default ignore_index says there is some), refused here;
-    # torch's default -100 is refused in the step where the padding shows (LossCall), so classifiers still train
-    if ignore_index != -100 and options.get("weight") is not None and options.get("reduction", "mean") == "mean":
-        return weighted_mean_with_ignored_positions(names, where)
-    smoothing = options.get("label_smoothing", 0.0)
-    if smoothing:
-        return (
-            f"{names} replaces the targets by probabilities, but {where} has label_smoothing={smoothing}, which "
-            "cross_entropy would apply on top of them (smoothing twice, or smoothing mixed targets). Fix: drop "
-            "label_smoothing= from the loss and use composer_bridge.algorithms.LabelSmoothing(" f"{smoothing}) instead."
-        )
-    return None
-
-
-def _criterion_options(criterion: torch.nn.Module) -> dict[str, Any]:
-    return {name: getattr(criterion, name) for name in ("ignore_index", "label_smoothing") if hasattr(criterion, name)}
-
-
-def check_plain_module(algorithms: Sequence[Any], module: torch.nn.Module) -> None:
-    """Refuse, at setup, loss algorithms on a plain module where what the module shows cannot be made exact."""
-    needy = _needy(algorithms)
-    if not needy:
-        return
-    _common_key(needy, "target_key", 1)
-    _common_key(needy, "input_key", 0)
-    _check_forward_takes_inputs(needy, module)
-    interpolating = [a for a in needy if getattr(a, "interpolates_loss", False)]
-    if interpolating and not getattr(module, "automatic_optimization", True):
-        raise BridgeConfigurationError(
-            f"{_names(interpolating)} interpolates the loss your training_step returns, just before the backward "
-            f"pass, but {type(module).__name__} sets automatic_optimization=False: its training_step calls "
-            "manual_backward itself, before the bridge sees the loss. Fix: use interpolate_loss=False (the targets "
-            "are mixed instead, exact for cross-entropy), or automatic optimization."
-        )
-    replacing = [a for a in needy if getattr(a, "replaces_targets", False)]
-    criteria = [(name, m) for name, m in module.named_modules() if isinstance(m, torch.nn.modules.loss._Loss)]
-    if not replacing or len(criteria) != 1:
-        return  # several criteria (or none): which one the step uses shows in the first step
-    name, criterion = criteria[0]
-    kind = _CRITERIA.get(type(criterion))
-    where = f"{type(module).__name__}.{name} ({type(criterion).__name__})"
-    if kind is None:
-        raise BridgeConfigurationError(
-            f"{_names(replacing)} replaces the targets by probabilities at BEFORE_LOSS, but the only loss module of "
-            f"{where} is not one the bridge can give them to (cross-entropy, BCE-with-logits, BCE). Fix: {_FIX_SHAPE}."
-        )
-    reason = _refusal(kind, _criterion_options(criterion), replacing, where)
-    if reason is not None:
-        raise BridgeConfigurationError(reason)
-
-
-def _check_forward_takes_inputs(needy: Sequence[Any], module: torch.nn.Module) -> None:
-    """Refuse, at setup, ranking examples with ``module(inputs)`` when ``forward`` needs more than the inputs."""
-    ranking = [a for a in needy if not getattr(a, "interpolates_loss", False) and not getattr(a, "replaces_targets", False)]
-    if not ranking or not callable(getattr(module, "forward", None)):
-        return
-    try:
-        parameters = inspect.signature(module.forward).parameters.values()
-    except (TypeError, ValueError):
-        return
-    required = [p.name for p in parameters if p.default is p.empty
-                and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-    if len(required) > 1:
-        name = type(module).__name__
-        raise BridgeConfigurationError(
-            f"{_names(ranking)} runs {name}'s forward on the batch's inputs alone (module(inputs)) to rank the "
-            f"examples, but {name}.forward takes {', '.join(required)} (missing 1 required positional argument: "
-            f"{required[1]!r}). Fix: make forward(inputs) return the logits training_step gives its loss, or "
-            "subclass composer_bridge.ComposerModule (forward(batch) and loss(outputs, batch))."
-        )
-
 
 @dataclass
 class _Step:
@@ -237,6 +76,19 @@ class _Step:
     kept: Any = None  # the positions the loss keeps (not ignore_index) when the algorithms replaced the targets
 
 
+@dataclass(frozen=True)
+class _SeenCall:
+    """A loss call on the step's targets, as the bridge will compute it (see :meth:`PlainLossStep._classify`)."""
+
+    kind: str
+    function: Callable[..., Any]
+    input: Any  # the call's input; for flattened targets, laid out as (B, C, T)
+    target: Any
+    options: dict[str, Any]
+    classes_last: bool = False  # flattened (B, T) targets: computed as a classifier's (B, C, T) logits
+    derived: bool = False  # class indices derived inside the step, not the batch's own tensor
+
+
 class _LossNotSeen(BridgeConfigurationError, LossNotSeenYet):
     """The loss was asked for before a step showed it (SelectiveBackprop then leaves that step whole)."""
 
@@ -244,8 +96,9 @@ class _LossNotSeen(BridgeConfigurationError, LossNotSeenYet):
 class PlainLossStep:
     """Fire the loss events inside a plain module's ``training_step``; the :class:`LossSource` it was seen to use.
 
-    ``bridge`` is the :class:`~composer_bridge.AlgorithmEngineCallback` (its ``state`` and
-    ``fire_event``); ``training_step`` the module's own step. :meth:`step` replaces it on the
+    ``run`` is the run in progress, through its module-facing step API
+    (:class:`~composer_bridge.lightning.steps.ModuleSteps`: its ``state`` and ``fire_event``);
+    ``training_step`` the module's own step. :meth:`step` replaces it on the
     instance (see :class:`~composer_bridge.lightning.module_hooks.ModuleHooks`), and the object
     is ``state.loss_source`` until :meth:`close`.
 
@@ -253,31 +106,32 @@ class PlainLossStep:
         >>> import torch
         >>> from composer_bridge.core.state import State
         >>> from composer_bridge.algorithms import LabelSmoothing
-        >>> class Bridge:
-        ...     state = State(torch.nn.Linear(2, 2), algorithms=[LabelSmoothing(0.5)])
-        ...     def fire_event(self, event):
-        ...         for algorithm in self.state.algorithms:
-        ...             if algorithm.match(event, self.state):
-        ...                 algorithm.apply(event, self.state, None)
+        >>> from composer_bridge.core import Engine
+        >>> from composer_bridge.lightning.steps import ModuleSteps
+        >>> class Run(ModuleSteps):  # the smallest run: a state and an engine to fire into
+        ...     def __init__(self, state):
+        ...         self.state, self._fire_event = state, Engine(state).fire
+        >>> run = Run(State(torch.nn.Linear(2, 2), algorithms=[LabelSmoothing(0.5)]))
         >>> def training_step(batch, batch_idx):
         ...     x, y = batch
         ...     return torch.nn.functional.cross_entropy(torch.zeros(2, 2), y)
-        >>> plain = PlainLossStep(torch.nn.Linear(2, 2), Bridge(), training_step)
+        >>> plain = PlainLossStep(torch.nn.Linear(2, 2), run, training_step)
         >>> plain.step((torch.zeros(2, 2), torch.tensor([0, 1])), 0)  # log(2) whatever the smoothing
         tensor(0.6931)
-        >>> Bridge.state.loss_source is plain
+        >>> run.state.loss_source is plain
         True
         >>> plain.close()
     """
 
-    def __init__(self, module: torch.nn.Module, bridge: Any, training_step: Callable[..., Any]) -> None:
+    def __init__(self, module: torch.nn.Module, run: ModuleSteps, training_step: Callable[..., Any]) -> None:
         self.module = module
-        self._bridge = bridge
+        self._run = run
         self._training_step = training_step
-        state = bridge.state
-        needy = _needy(state.algorithms)
-        self.target_key = _common_key(needy, "target_key", 1)
-        self.input_key = _common_key(needy, "input_key", None)  # None: no algorithm reads the inputs
+        state = run.state
+        assert state is not None, "the run's state is built at setup, before the module's hooks"
+        needy = loss_algorithms(state.algorithms)
+        self.target_key = common_key(needy, "target_key", 1)
+        self.input_key = common_key(needy, "input_key", None)  # None: no algorithm reads the inputs
         self._needy = needy
         self._interpolating = [a for a in needy if getattr(a, "interpolates_loss", False)]
         # the algorithms that call loss(): not those that only replace the targets
@@ -313,7 +167,7 @@ class PlainLossStep:
             outputs = self.module(inputs)
         except Exception as error:
             raise BridgeConfigurationError(
-                f"{_names(self._needy)} runs {type(self.module).__name__}'s forward on the batch's inputs alone "
+                f"{names_of(self._needy)} runs {type(self.module).__name__}'s forward on the batch's inputs alone "
                 f"(module(batch[{self.input_key!r}])) to rank the examples, and it failed ({type(error).__name__}: "
                 f"{error}). Fix: make forward(inputs) return the logits training_step gives its loss, or subclass "
                 "composer_bridge.ComposerModule (forward(batch) and loss(outputs, batch))."
@@ -332,13 +186,13 @@ class PlainLossStep:
         call = self._call
         if call is None:
             raise _LossNotSeen(
-                f"{_names(self._loss_users or self._needy)} needs {type(self.module).__name__}'s loss before its "
+                f"{names_of(self._loss_users or self._needy)} needs {type(self.module).__name__}'s loss before its "
                 "training_step has run once (the bridge learns the loss function and its options from a step, and a "
                 "checkpoint written with the bridge after a step records them)."
             )
         if self._several_calls:
             raise BridgeConfigurationError(
-                f"{_names(self._needy)} needs the step's one loss, but {type(self.module).__name__}'s training_step "
+                f"{names_of(self._needy)} needs the step's one loss, but {type(self.module).__name__}'s training_step "
                 "computes several from the batch's targets. Fix: use interpolate_loss=False / one loss, or subclass "
                 "composer_bridge.ComposerModule."
             )
@@ -356,15 +210,15 @@ class PlainLossStep:
     def load_from(self, checkpoint: dict[str, Any]) -> None:
         """Take the loss a checkpoint recorded, unless this run has seen one already."""
         saved = checkpoint.get(CHECKPOINT_KEY)
-        if self._call is None and isinstance(saved, dict) and saved.get("kind") in loss_calls.INTERCEPTED:
-            self._call = LossCall(saved["kind"], loss_calls.original(saved["kind"]), dict(saved["options"]),
+        if self._call is None and isinstance(saved, dict) and saved.get("kind") in torch_functions.INTERCEPTED:
+            self._call = LossCall(saved["kind"], torch_functions.original(saved["kind"]), dict(saved["options"]),
                                    bool(saved.get("classes_last", False)))
 
     # --- the wrapped training_step --------------------------------------------------------------
     def step(self, *args: Any, **kwargs: Any) -> Any:
         """The module's ``training_step`` with the loss events around its loss call."""
-        bridge = self._bridge
-        state = bridge.state
+        run = self._run
+        state = run.state
         if state is None:
             return self._training_step(*args, **kwargs)
         in_kwargs = not args
@@ -373,7 +227,7 @@ class PlainLossStep:
             self._check_batch(batch)
             self._batch_checked = True
         state.batch = batch
-        bridge.fire_event(BEFORE_FORWARD)
+        run.fire_event(BEFORE_FORWARD)
         batch = state.batch
         if in_kwargs:
             kwargs = {**kwargs, "batch": batch}
@@ -384,7 +238,7 @@ class PlainLossStep:
         watch = self._watch_forward(record) if self._forward_used and not self._forward_checked else None
         self._step = record
         try:
-            with loss_calls.intercept(self._on_loss_call):
+            with torch_functions.intercept(self._on_loss_call):
                 output = self._training_step(*args, **kwargs)
         finally:
             self._step = None
@@ -397,7 +251,7 @@ class PlainLossStep:
         self._check_step(record, loss)
         self._source_used_in_step = False
         state.outputs, state.loss = record.logits, loss
-        bridge.fire_event(BEFORE_BACKWARD)
+        run.fire_event(BEFORE_BACKWARD)
         if state.loss is loss:
             return output
         return {**output, "loss": state.loss} if isinstance(output, Mapping) else state.loss
@@ -405,7 +259,7 @@ class PlainLossStep:
     def _check_batch(self, batch: Any) -> None:
         if isinstance(batch, torch.Tensor):
             raise BridgeConfigurationError(
-                f"{_names(self._needy)} needs the batch's inputs and targets, but {type(self.module).__name__}'s "
+                f"{names_of(self._needy)} needs the batch's inputs and targets, but {type(self.module).__name__}'s "
                 f"training_step receives one tensor of shape {tuple(batch.shape)} (no targets to smooth, mix or rank "
                 "by). Fix: have the dataloader yield (inputs, targets) (or a dict, with target_key=...), or remove "
                 "these algorithms."
@@ -417,13 +271,13 @@ class PlainLossStep:
                 item = get_batch_item(batch, key)
             except KeyError as error:
                 raise BridgeConfigurationError(
-                    f"{_names(self._needy)} reads the {what} at {key!r}: {error.args[0]} Fix: pass "
+                    f"{names_of(self._needy)} reads the {what} at {key!r}: {error.args[0]} Fix: pass "
                     f"target_key=/input_key= naming them, or declare them on the module once: "
                     f"batch_keys = {{'input_key': ..., 'target_key': ...}}."
                 ) from None
             if what == "targets" and not isinstance(item, torch.Tensor):
                 raise BridgeConfigurationError(
-                    f"{_names(self._needy)} needs one tensor of targets at target_key={key!r}, got "
+                    f"{names_of(self._needy)} needs one tensor of targets at target_key={key!r}, got "
                     f"{type(item).__name__}. Fix: point target_key at the target tensor."
                 )
 
@@ -441,7 +295,7 @@ class PlainLossStep:
         if self._forward_used and not self._forward_checked:
             if not shares_storage(record.logits, record.forward_output) and not self._log_softmax_of_forward(record):
                 raise BridgeConfigurationError(
-                    f"{_names(self._needy)} ranks the examples with {name}(inputs), but {name}'s training_step does "
+                    f"{names_of(self._needy)} ranks the examples with {name}(inputs), but {name}'s training_step does "
                     "not give its loss the output of self(inputs) (it calls a submodule, passes more arguments or "
                     "transforms the output), so the ranking would come from another function. Fix: compute "
                     "logits = self(x) in training_step, or pass SelectiveBackprop(loss_fn=...) and subclass "
@@ -450,7 +304,7 @@ class PlainLossStep:
             self._forward_checked = True
         if self._interpolating and loss is not record.result:
             raise BridgeConfigurationError(
-                f"{_names(self._interpolating)} interpolates the loss between the example's and its partner's targets, "
+                f"{names_of(self._interpolating)} interpolates the loss between the example's and its partner's targets, "
                 f"but {name}'s training_step returns a loss other than the {self._call.kind if self._call else 'loss'} "
                 "call itself (a sum with other terms, a mean of reduction='none', ...), which cannot be interpolated "
                 "exactly. Fix: use interpolate_loss=False (the targets are mixed instead), or return the loss call's value."
@@ -470,7 +324,7 @@ class PlainLossStep:
     def _nothing_seen(self, record: _Step) -> str:
         name = type(self.module).__name__
         seen = "; ".join(record.others) if record.others else "no call of cross_entropy, binary_cross_entropy(_with_logits) or nll_loss at all"
-        direct = loss_calls.direct_imports(inspect.getmodule(type(self.module)))
+        direct = torch_functions.direct_imports(inspect.getmodule(type(self.module)))
         hint = (
             f" Its module imports {', '.join(direct)} by name (from torch.nn.functional import ...): the bridge sees "
             "calls made through torch.nn.functional (F.cross_entropy) and the nn loss modules."
@@ -480,74 +334,84 @@ class PlainLossStep:
         per_sample = [a for a in self._needy if not getattr(a, "replaces_targets", False) or getattr(a, "mixes_examples", False)]
         if record.others and per_sample:
             hint += (
-                f" {_names(per_sample)} acts per sample, so it needs the batch's own target tensor (or a view of it: "
+                f" {names_of(per_sample)} acts per sample, so it needs the batch's own target tensor (or a view of it: "
                 "y.view(-1)) to map each target back to its sample; targets derived inside the model (Hugging Face "
                 "shifts the labels inside model(**batch).loss) lose that map. LabelSmoothing alone can act on them."
             )
         return (
-            f"{_names(self._needy)} acts on the loss {name}'s training_step computes from the batch's targets "
+            f"{names_of(self._needy)} acts on the loss {name}'s training_step computes from the batch's targets "
             f"(batch[{self.target_key!r}], {tuple(target.shape)} {target.dtype}), but the step computed its loss "
             f"without passing that tensor to a loss the bridge can see: {seen}.{hint} Derived targets (y.float(), "
-            f"y.view(...) of another shape, targets computed inside the model) cannot be traced back. Fix: {_FIX_SHAPE}."
+            f"y.view(...) of another shape, targets computed inside the model) cannot be traced back. Fix: {FIX_SHAPE}."
         )
 
     def _on_loss_call(self, kind: str, function: Callable[..., Any], input: Any, target: Any,
                       args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """The handler :func:`~.torch_functions.intercept` hands each loss call of the step to."""
         record = self._step
         if record is None:
             return function(input, target, *args, **kwargs)
-        classes_last = False
-        derived = False
-        if not same_tensor(target, record.target):
-            if self._relabelled(kind, input, target, record.target):
-                # y.view(-1) of the batch's (B, T) targets and logits.view(-1, C): the same values laid out as a
-                # classifier's (B, C, T) logits and (B, T) targets, so that every position keeps its sample
-                options = call_options(kind, function, input, target, args, kwargs)
-                input, classes_last = input.view(*record.target.shape, input.shape[1]).movedim(-1, 1), True
-                target = record.target
-            elif not record.calls and self._per_position_only and class_indices_for(kind, input, target, record.target):
-                # targets derived inside the step (Hugging Face shifts the labels): per-position algorithms only
-                options = call_options(kind, function, input, target, args, kwargs)
-                derived = True
-            else:
-                shape = tuple(target.shape) if isinstance(target, torch.Tensor) else type(target).__name__
-                record.others.append(f"{kind} with targets {shape} that are not that tensor")
-                return function(input, target, *args, **kwargs)
-        else:
-            options = call_options(kind, function, input, target, args, kwargs)
+        seen = self._classify(record, kind, function, input, target, args, kwargs)
+        if seen is None:  # not on the batch's targets: the call runs as written
+            return function(input, target, *args, **kwargs)
         if record.calls:
-            return self._repeat_call(record, kind, function, input, options)
+            return self._repeat_call(record, seen.kind, seen.function, seen.input, seen.options)
+        return self._fire_loss_events(record, seen)
+
+    def _classify(self, record: _Step, kind: str, function: Callable[..., Any], input: Any, target: Any,
+                  args: tuple[Any, ...], kwargs: dict[str, Any]) -> _SeenCall | None:
+        """How a loss call reads against the step's batch; ``None`` (noted in ``record.others``) when it is not on its targets."""
+        if same_tensor(target, record.target):
+            return _SeenCall(kind, function, input, target, call_options(kind, function, input, target, args, kwargs))
+        if self._relabelled(kind, input, target, record.target):
+            # y.view(-1) of the batch's (B, T) targets and logits.view(-1, C): the same values laid out as a
+            # classifier's (B, C, T) logits and (B, T) targets, so that every position keeps its sample
+            options = call_options(kind, function, input, target, args, kwargs)
+            laid_out = input.view(*record.target.shape, input.shape[1]).movedim(-1, 1)
+            return _SeenCall(kind, function, laid_out, record.target, options, classes_last=True)
+        if not record.calls and self._per_position_only and class_indices_for(kind, input, target, record.target):
+            # targets derived inside the step (Hugging Face shifts the labels): per-position algorithms only
+            options = call_options(kind, function, input, target, args, kwargs)
+            return _SeenCall(kind, function, input, target, options, derived=True)
+        shape = tuple(target.shape) if isinstance(target, torch.Tensor) else type(target).__name__
+        record.others.append(f"{kind} with targets {shape} that are not that tensor")
+        return None
+
+    def _fire_loss_events(self, record: _Step, seen: _SeenCall) -> Any:
+        """The step's loss: AFTER_FORWARD, BEFORE_LOSS on a copy of the batch, the call on the new targets, AFTER_LOSS."""
+        kind, options, input = seen.kind, seen.options, seen.input
         record.calls = 1
-        bridge = self._bridge
-        state = bridge.state
+        run = self._run
+        state = run.state
+        assert state is not None
         state.outputs = input
-        bridge.fire_event(AFTER_FORWARD)
+        run.fire_event(AFTER_FORWARD)
         batch = state.batch
         state.batch = copy.copy(batch)  # the algorithms' targets go into a copy: the user's batch keeps its own
         try:
-            if derived:  # the algorithms act on the targets this call was given, in the batch's place
-                state.batch = set_batch_item(state.batch, self.target_key, target)
-                record.target = target
+            if seen.derived:  # the algorithms act on the targets this call was given, in the batch's place
+                state.batch = set_batch_item(state.batch, self.target_key, seen.target)
+                record.target = seen.target
             ignored = self._ignored_positions(kind, options, record.target)
             if ignored is not None:  # the algorithms see a valid class there; the loss leaves those positions out
                 state.batch = set_batch_item(state.batch, self.target_key, record.target.masked_fill(ignored, 0))
                 shown = get_batch_item(state.batch, self.target_key)
-            bridge.fire_event(BEFORE_LOSS)
+            run.fire_event(BEFORE_LOSS)
             targets = get_batch_item(state.batch, self.target_key)
             if ignored is not None and targets is shown:
                 targets = record.target  # no algorithm replaced them: the call's own index targets
             self._check_targets(kind, options, record.target, targets, input)
-            call = LossCall(kind, function, options, classes_last)
+            call = LossCall(kind, seen.function, options, seen.classes_last)
             if self._source_used_in_step and self._call is not None and (call.kind, call.options) != (
                     self._call.kind, self._call.options):
                 raise BridgeConfigurationError(
-                    f"{_names(self._needy)} ranked this step's examples with {self._call.kind}{self._call.options}, "
+                    f"{names_of(self._needy)} ranked this step's examples with {self._call.kind}{self._call.options}, "
                     f"but the step computes {kind}{options}. Fix: compute the same loss in every step."
                 )
             self._call = call
             record.kept = None if ignored is None else ~ignored
             state.loss = call(input, targets, kept=record.kept if targets is not record.target else None)
-            bridge.fire_event(AFTER_LOSS)
+            run.fire_event(AFTER_LOSS)
         finally:
             state.batch = batch
         record.logits, record.targets, record.result = input, targets, state.loss
@@ -565,7 +429,7 @@ class PlainLossStep:
         """Where the index targets equal the call's ``ignore_index``, when algorithms replace them by probabilities.
 
         torch ignores those positions only for index targets; with probability targets the bridge
-        leaves them out itself (:func:`~composer_bridge.lightning.loss_call.probability_loss`). Mixing algorithms are refused with an
+        leaves them out itself (:func:`~composer_bridge.lightning.plain_loss.seen_call.probability_loss`). Mixing algorithms are refused with an
         ``ignore_index`` of their own (:func:`_refusal`), so here only position-wise replacements act.
         """
         replacing = [a for a in self._needy if getattr(a, "replaces_targets", False)]
@@ -584,14 +448,14 @@ class PlainLossStep:
         if self._interpolating or self._source_used_in_step:
             users = self._interpolating or self._needy
             raise BridgeConfigurationError(
-                f"{_names(users)} needs the step's one loss, but {name}'s training_step computes several from the "
+                f"{names_of(users)} needs the step's one loss, but {name}'s training_step computes several from the "
                 "batch's targets. Fix: use interpolate_loss=False / one loss, or subclass composer_bridge.ComposerModule."
             )
         if not isinstance(input, torch.Tensor) or input.shape != record.logits.shape:
             shape = tuple(input.shape) if isinstance(input, torch.Tensor) else type(input).__name__
             raise BridgeConfigurationError(
                 f"{name}'s training_step computes a second loss from the batch's targets, on outputs of shape {shape} "
-                f"where the first had {tuple(record.logits.shape)}; {_names(self._needy)} made the targets for the "
+                f"where the first had {tuple(record.logits.shape)}; {names_of(self._needy)} made the targets for the "
                 "first. Fix: compute the losses on outputs of one shape, or subclass composer_bridge.ComposerModule."
             )
         self._check_targets(kind, options, record.target, record.targets, input)
@@ -611,9 +475,9 @@ class PlainLossStep:
             return
         replacing = [a for a in self._needy if getattr(a, "replaces_targets", False)] or self._needy
         where = f"{type(self.module).__name__}'s loss ({kind})"
-        reason = _refusal(kind, options, replacing, where)
+        reason = refusal(kind, options, replacing, where)
         if reason is None and kind == "nll_loss" and not self._log_probabilities_checked:
-            reason = not_log_probabilities(input, _names(replacing), where)
+            reason = not_log_probabilities(input, names_of(replacing), where)
             self._log_probabilities_checked = True
         if reason is not None:
             raise BridgeConfigurationError(reason)

@@ -1,4 +1,4 @@
-"""See the loss functions a plain ``training_step`` calls, on its own thread, for the length of the step.
+"""Intercepting torch's loss calls: the loss functions a plain ``training_step`` calls, seen on its own thread.
 
 A LightningModule computes its loss inside ``training_step``, either through a criterion
 submodule (``nn.CrossEntropyLoss``, ``nn.BCEWithLogitsLoss``, ...) or by calling

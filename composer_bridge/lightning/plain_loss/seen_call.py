@@ -1,6 +1,6 @@
-"""One loss call a plain ``training_step`` was seen to make: how it is read, and recomputed on new targets.
+"""The seen call: one loss call a plain ``training_step`` was seen to make, read and recomputed on new targets.
 
-:mod:`~composer_bridge.lightning.plain_loss` decides *which* call is the step's loss; this module
+:mod:`~composer_bridge.lightning.plain_loss.step_events` decides *which* call is the step's loss; this module
 holds what it needs to recompute that call exactly: the call with its options (:class:`LossCall`),
 probability targets with ignored positions (:func:`probability_loss`), and the tests on the call's
 tensors (the batch's own targets, a flattened view of them, class indices derived from them, the
