@@ -17,6 +17,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +38,8 @@ __all__ = [
     "set_strategy_optimizers",
     "show_hook",
     "step_counter",
+    "set_strategy_schedulers",
+    "wrap_checkpoint_saves",
 ]
 
 #: The data hooks Lightning runs on the LightningDataModule when it overrides them, else on the module.
@@ -163,3 +166,41 @@ def max_time(trainer: L.Trainer) -> timedelta | None:
 def lightning_weight_averaging() -> tuple[type, ...]:
     """Lightning's own weight-averaging callbacks (``StochasticWeightAveraging``, ``WeightAveraging``), both packages'."""
     return classes_in_every_package("callbacks", "StochasticWeightAveraging", "WeightAveraging")
+
+
+def set_strategy_schedulers(trainer: L.Trainer, schedulers: list[Any]) -> None:
+    """Make Lightning step only ``schedulers``, a subset of the ones ``configure_optimizers`` returned.
+
+    Used where an algorithm replaces the user's schedule (WarmupStableDecay, ScheduleFree) and so
+    drops their schedulers. Assumption: ``Strategy.lr_scheduler_configs`` is a plain list attribute that
+    the fit loop steps (``update_lr_schedulers``) and checkpoints (``lr_schedulers``) from, read after
+    ``on_fit_start``. A scheduler that is not among the user's ones is refused (it would need a config
+    of its own: interval, frequency, monitor).
+    """
+    configs = list(trainer.strategy.lr_scheduler_configs)
+    known = {id(config.scheduler) for config in configs}
+    unknown = [type(s).__name__ for s in schedulers if id(s) not in known]
+    if unknown:
+        raise ValueError(
+            f"composer_bridge can only keep or drop the schedulers configure_optimizers returned; {', '.join(unknown)} "
+            "is new. An algorithm that schedules the learning rate sets it on the optimizer instead."
+        )
+    kept = {id(s) for s in schedulers}
+    trainer.strategy.lr_scheduler_configs = [config for config in configs if id(config.scheduler) in kept]
+
+
+def wrap_checkpoint_saves(trainer: L.Trainer, around: Callable[[], AbstractContextManager[Any]]) -> None:
+    """Write every checkpoint of ``trainer`` inside ``around()`` (e.g. with a schedule-free optimizer's averaged weights).
+
+    Assumption: every checkpoint Lightning writes goes through ``Trainer.save_checkpoint``
+    (``ModelCheckpoint``, ``OnExceptionCheckpoint``, the SLURM requeue save, the user's own call),
+    which reads the weights and optimizer states (``dump_checkpoint``) inside it; an instance
+    attribute shadows the method. Calling it again replaces the previous wrapper.
+    """
+    original = type(trainer).save_checkpoint.__get__(trainer)
+
+    def save_checkpoint(*args: Any, **kwargs: Any) -> Any:
+        with around():
+            return original(*args, **kwargs)
+
+    trainer.save_checkpoint = save_checkpoint  # type: ignore[method-assign]

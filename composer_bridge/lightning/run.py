@@ -43,6 +43,7 @@ from composer_bridge.lightning.batch_keys import give_declared_keys
 from composer_bridge.lightning.hook_map import HOOK_EVENTS
 from composer_bridge.lightning.module import ComposerModuleMixin, _batch_size, attach_bridge, detach_bridge
 from composer_bridge.lightning.module_hooks import ModuleHooks
+from composer_bridge.lightning.optimizers import hand_over
 from composer_bridge.lightning.package import package_of
 from composer_bridge.lightning.plain_loss import CHECKPOINT_KEY as PLAIN_LOSS_KEY
 from composer_bridge.lightning.setup_checks import check_module, check_one_package, check_trainer
@@ -261,14 +262,10 @@ class BridgeRun(ModuleSteps):
     def fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         state = self.state
         assert state is not None
-        state.optimizers = list(trainer.optimizers)
-        state.schedulers = [config.scheduler for config in trainer.lr_scheduler_configs]
         state.device = pl_module.device
         self.logger.step = self.current_step()  # after a checkpoint restored the timestamp
-        given = list(state.optimizers)
-        self.fire_hook("on_fit_start")
-        if any(a is not b for a, b in zip(state.optimizers, given, strict=False)):
-            _compat.set_strategy_optimizers(trainer, state.optimizers)  # an algorithm wrapped them (SAM)
+        # the user's optimizers and schedulers, handed to the algorithms that replace them (SAM, Muon, ...)
+        hand_over(trainer, state, lambda: self.fire_hook("on_fit_start"))
         self.reporting.fit_start(trainer, lambda: self.plan().text, self._run_config)
         self.refresh_listening()
 
