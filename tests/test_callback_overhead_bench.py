@@ -7,7 +7,7 @@ from typing import Any
 
 import lightning as L
 import pytest
-from support import load_script
+from helpers.support import load_script
 
 BUSY = 0.03  # seconds of CPU time: far above a plain step of this benchmark (about 1 ms)
 

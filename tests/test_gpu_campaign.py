@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from support import load_script
+from helpers.support import load_script
 
 campaign = load_script("benchmarks/gpu_campaign.py", "gpu_campaign")
 

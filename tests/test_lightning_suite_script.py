@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from support import REPO
+from helpers.support import REPO
 
 _spec = importlib.util.spec_from_file_location("lightning_suite", REPO / "benchmarks" / "lightning_suite.py")
 suite = importlib.util.module_from_spec(_spec)

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 import torch
-from support import load_script
+from helpers.support import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 

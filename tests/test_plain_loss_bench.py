@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import torch
-from support import load_script
+from helpers.support import load_script
 
 
 def test_the_plain_and_composer_arms_train_identical_weights() -> None:

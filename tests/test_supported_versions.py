@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from support import REPO
+from helpers.support import REPO
 
 PYPROJECT = (REPO / "pyproject.toml").read_text()
 TABLE = {

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from support import (
+from helpers.support import (
     L,
     assert_same_weights,
     image_loader,
@@ -94,7 +94,7 @@ def test_a_fit_with_every_family_logs_to_wandb_and_resumes_to_the_uninterrupted_
 
 DDP_SCRIPT = """
 import torch
-from support import L, image_loader, quiet_trainer, tiny_classifier
+from helpers.support import L, image_loader, quiet_trainer, tiny_classifier
 from composer_bridge import AlgorithmEngineCallback
 from test_version_corner import every_family
 

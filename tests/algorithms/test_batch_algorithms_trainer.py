@@ -16,7 +16,7 @@ import lightning as L
 import pytest
 import torch
 import torch.nn.functional as F
-from support import (
+from helpers.support import (
     assert_same_weights,
     image_dataset,
     image_loader,
@@ -185,7 +185,7 @@ def test_a_run_resumed_from_a_checkpoint_ends_with_the_weights_of_the_uninterrup
 
 DDP_SCRIPT = """
 import torch
-from support import image_loader, quiet_trainer, tiny_classifier
+from helpers.support import image_loader, quiet_trainer, tiny_classifier
 from composer_bridge import AlgorithmEngineCallback, Algorithm, Event
 from composer_bridge.algorithms import MixUp, ProgressiveResizing, SelectiveBackprop
 

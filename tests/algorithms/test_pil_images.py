@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from support import REPO
+from helpers.support import REPO
 
 from composer_bridge.algorithms import AugmentAndMixTransform, ColOutTransform, RandAugmentTransform
 from composer_bridge.functional import augmix_image, colout_batch, randaugment_image

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 import torch
-from support import quiet_trainer
+from helpers.support import quiet_trainer
 
 from composer_bridge import Algorithm, AlgorithmEngineCallback, ComposerModule, Event, State
 from composer_bridge.algorithms.seq_length_warmup import SeqLengthWarmup, set_batch_sequence_length

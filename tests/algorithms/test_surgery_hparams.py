@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import torch
 import yaml
+from helpers.support import image_loader, quiet_trainer
 from lightning.pytorch.loggers import CSVLogger
-from support import image_loader, quiet_trainer
 from torch import nn
 
 from composer_bridge import AlgorithmEngineCallback, ComposerClassifier

@@ -9,8 +9,7 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
-from lightning.pytorch.loggers import Logger as LightningLogger
-from support import (
+from helpers.support import (
     assert_same_weights,
     image_loader,
     quiet_trainer,
@@ -18,6 +17,7 @@ from support import (
     tiny_classifier,
     weights_of,
 )
+from lightning.pytorch.loggers import Logger as LightningLogger
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -184,7 +184,7 @@ def test_surgery_before_optimizers_makes_fit_resume_without_mismatched_optimizer
 DDP_SCRIPT = """
 import torch
 import lightning as L
-from support import image_loader, quiet_trainer, tiny_classifier
+from helpers.support import image_loader, quiet_trainer, tiny_classifier
 from composer_bridge import AlgorithmEngineCallback
 from composer_bridge.algorithms import BlurPool, SqueezeExcite, StochasticDepth
 

@@ -19,7 +19,7 @@ from typing import Any
 import lightning as L
 import pytest
 import torch
-from support import image_loader, quiet_trainer, tiny_classifier, weights_of
+from helpers.support import image_loader, quiet_trainer, tiny_classifier, weights_of
 from torch.optim.swa_utils import update_bn
 
 from composer_bridge import AlgorithmEngineCallback

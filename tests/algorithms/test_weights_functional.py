@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 import torch
-from support import image_loader, quiet_trainer, tiny_classifier
+from helpers.support import image_loader, quiet_trainer, tiny_classifier
 
 from composer_bridge import Algorithm, AlgorithmEngineCallback, Event, State
 from composer_bridge.algorithms.ema import EMA, compute_ema

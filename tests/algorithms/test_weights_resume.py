@@ -8,7 +8,7 @@ from typing import Any
 import lightning as L
 import pytest
 import torch
-from support import (
+from helpers.support import (
     assert_same_state,
     assert_same_weights,
     image_loader,

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import torch
-from support import load_script
+from helpers.support import load_script
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
                                 reason="needs a CUDA GPU (the CPU path is in tests/test_pareto.py)")

@@ -24,7 +24,7 @@ from typing import Any
 import lightning as L
 import pytest
 import torch
-from support import REPO, image_loader, quiet_trainer, tiny_classifier, weights_of
+from helpers.support import REPO, image_loader, quiet_trainer, tiny_classifier, weights_of
 
 import composer_bridge.algorithms as library
 import composer_bridge.functional as F

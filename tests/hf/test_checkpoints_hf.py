@@ -7,8 +7,8 @@ from pathlib import Path
 import lightning as L
 import torch
 import transformers
+from helpers.support import assert_same_state, quiet_trainer, weights_of
 from safetensors.torch import load_file
-from support import assert_same_state, quiet_trainer, weights_of
 from torch.utils.data import DataLoader
 
 from composer_bridge import AlgorithmEngineCallback, recipes

@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 import transformers
-from support import quiet_trainer
+from helpers.support import quiet_trainer
 from torch.utils.data import DataLoader
 
 from composer_bridge import AlgorithmEngineCallback, AlgorithmError

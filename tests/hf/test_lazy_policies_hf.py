@@ -18,7 +18,7 @@ import warnings
 import pytest
 import torch
 import transformers
-from support import REPO
+from helpers.support import REPO
 
 import composer_bridge.hf as hf
 from composer_bridge.algorithms import NoEffectWarning

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from support import REPO
+from helpers.support import REPO
 
 
 def test_importing_the_library_does_not_import_transformers():

@@ -7,7 +7,7 @@ from typing import Any
 
 import lightning as L
 import torch
-from support import quiet_trainer
+from helpers.support import quiet_trainer
 from torch.utils.data import DataLoader
 
 from composer_bridge import AlgorithmEngineCallback, recipes

@@ -21,7 +21,7 @@ import pytest
 import pytorch_lightning
 import torch
 import torch.nn.functional as F
-from support import REPO, assert_same_weights, image_loader, run_ddp_script, weights_of
+from helpers.support import REPO, assert_same_weights, image_loader, run_ddp_script, weights_of
 
 import composer_bridge
 import composer_bridge.pl
@@ -263,7 +263,7 @@ def test_hugging_face_model_of_each_flavour_trains_identically() -> None:
 
 DDP_SCRIPT = """
 import torch, pytorch_lightning as pl
-from support import image_loader
+from helpers.support import image_loader
 from composer_bridge import AlgorithmEngineCallback
 from composer_bridge.algorithms import EMA, LabelSmoothing
 from composer_bridge.pl import ComposerClassifier

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 import torch
-from support import ComposerModule, L, image_loader, quiet_trainer, tiny_classifier, weights_of
+from helpers.support import ComposerModule, L, image_loader, quiet_trainer, tiny_classifier, weights_of
 
 from composer_bridge import Algorithm, AlgorithmEngineCallback, Callback, Event, State
 from composer_bridge.core.algorithm import AlgorithmError
@@ -272,7 +272,7 @@ def test_bf16_mixed_precision_runs_every_event_and_reports_its_precision() -> No
 
 def test_explicit_find_unused_parameters_false_is_respected_with_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
     DDPStrategy = L.strategies.DDPStrategy
-    from support import free_port
+    from helpers.support import free_port
 
     for name in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "LOCAL_RANK", "NODE_RANK"):
         monkeypatch.delenv(name, raising=False)  # Lightning writes these into os.environ

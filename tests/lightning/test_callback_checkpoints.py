@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 import torch
-from support import assert_same_weights, image_loader, quiet_trainer, tiny_classifier, weights_of
+from helpers.support import assert_same_weights, image_loader, quiet_trainer, tiny_classifier, weights_of
 
 from composer_bridge import Algorithm, AlgorithmEngineCallback, Event, State
 from composer_bridge.lightning import CheckpointStateError

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from support import run_ddp_script
+from helpers.support import run_ddp_script
 
 SCRIPT = """
 import json, sys, torch
-from support import L
-from support import image_loader, quiet_trainer, tiny_classifier
+from helpers.support import L
+from helpers.support import image_loader, quiet_trainer, tiny_classifier
 from composer_bridge import AlgorithmEngineCallback, Algorithm, Event
 
 class HalveLoss(Algorithm):

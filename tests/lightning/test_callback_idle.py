@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 import torch
-from support import L, image_loader, quiet_trainer, tiny_classifier
+from helpers.support import L, image_loader, quiet_trainer, tiny_classifier
 from torch.utils.data import DataLoader, TensorDataset
 
 from composer_bridge import Algorithm, AlgorithmEngineCallback, Callback, Event, State

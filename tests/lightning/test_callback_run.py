@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 import torch
-from support import ComposerClassifier, L, image_loader, quiet_trainer, tiny_classifier
+from helpers.support import ComposerClassifier, L, image_loader, quiet_trainer, tiny_classifier
 
 from composer_bridge import Algorithm, AlgorithmEngineCallback, Event
 from composer_bridge import algorithms as library

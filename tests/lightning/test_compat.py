@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import torch
-from support import REPO, L, image_loader, quiet_trainer, tiny_classifier
+from helpers.support import REPO, L, image_loader, quiet_trainer, tiny_classifier
 
 from composer_bridge.lightning import _compat
 from composer_bridge.lightning.hook_map import HOOK_EVENTS

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from support import image_loader, quiet_trainer, tiny_classifier
+from helpers.support import image_loader, quiet_trainer, tiny_classifier
 
 from composer_bridge import AlgorithmEngineCallback, recipes
 

@@ -10,13 +10,12 @@ need no launch.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 import torch.distributed as dist
-from support import assert_same_state, run_ddp_file, wandb_run_records
+from helpers.support import REPO, assert_same_state, run_ddp_file, wandb_run_records
 
 from composer_bridge.algorithms import EMA, SWA, BlurPool
 from composer_bridge.algorithms._sharding import full_tensor, is_dtensor, like
@@ -27,7 +26,7 @@ from composer_bridge.core.logger import Logger
 from composer_bridge.core.state import State
 from composer_bridge.functional import apply_blurpool
 
-SCRIPT = Path(__file__).with_name("fsdp_runs.py")
+SCRIPT = REPO / "tests" / "helpers" / "fsdp_runs.py"
 #: surgery case -> a class the surgery creates
 SURGERY = {"BlurPool": "BlurConv2d", "SqueezeExcite": "SqueezeExciteConv2d", "Factorize": "FactorizedConv2d",
            "GatedLinearUnits": "GatedFeedForward", "StochasticDepth": "StochasticBlock",

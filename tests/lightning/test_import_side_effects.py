@@ -16,7 +16,7 @@ import sys
 import textwrap
 
 import pytest
-from support import REPO
+from helpers.support import REPO
 
 SCRIPT = """
 import logging, warnings

@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers.support import ComposerClassifier, L, image_dataset, quiet_trainer
 from torch.utils.data import DataLoader
 
 from composer_bridge import AlgorithmEngineCallback
 from composer_bridge.algorithms import ProgressiveResizing
 from composer_bridge.core.algorithm import AlgorithmError
-from tests.support import ComposerClassifier, L, image_dataset, quiet_trainer
 
 SIZE, CLASSES = 16, 4
 

@@ -17,15 +17,15 @@ from pathlib import Path
 
 import pytest
 import torch
-from support import REPO, free_port
+from helpers.support import REPO, free_port
 
 SCRIPT = """
 import sys
 import torch
-from support import L
+from helpers.support import L
 ModelCheckpoint = L.callbacks.ModelCheckpoint
 CSVLogger = L.loggers.CSVLogger
-from support import image_loader, quiet_trainer, tiny_classifier
+from helpers.support import image_loader, quiet_trainer, tiny_classifier
 from composer_bridge import AlgorithmEngineCallback, recipes
 
 shared = sys.argv[1]

@@ -15,6 +15,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 import torchmetrics
+from helpers.plain_loss_probes import Recorder, TargetProbe
+from helpers.support import ComposerClassifier, ComposerModule, L, image_dataset, quiet_trainer
 from torch.utils.data import DataLoader, TensorDataset
 
 from composer_bridge import (
@@ -23,8 +25,6 @@ from composer_bridge import (
 )
 from composer_bridge.algorithms import CutMix, LabelSmoothing, MixUp, SelectiveBackprop
 from composer_bridge.lightning.setup_checks import BridgeConfigurationError
-from tests.lightning.plain_loss_probes import Recorder, TargetProbe
-from tests.support import ComposerClassifier, ComposerModule, L, image_dataset, quiet_trainer
 
 CLASSES = 4
 

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from support import run_ddp_script
+from helpers.support import run_ddp_script
 
 SCRIPT = """
 import torch, torch.nn.functional as F
 import lightning as L
-from support import image_loader, quiet_trainer
+from helpers.support import image_loader, quiet_trainer
 from composer_bridge import AlgorithmEngineCallback, ComposerClassifier
 from composer_bridge.algorithms import LabelSmoothing, MixUp
 

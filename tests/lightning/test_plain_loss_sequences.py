@@ -20,14 +20,14 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers.plain_loss_probes import Recorder, TargetProbe
+from helpers.support import ComposerModule, L, quiet_trainer
 from torch.utils.data import DataLoader, TensorDataset
 
 from composer_bridge import Algorithm, AlgorithmEngineCallback
 from composer_bridge.algorithms import CutMix, LabelSmoothing, MixUp, SelectiveBackprop
 from composer_bridge.core.algorithm import AlgorithmError
 from composer_bridge.lightning.setup_checks import BridgeConfigurationError
-from tests.lightning.plain_loss_probes import Recorder, TargetProbe
-from tests.support import ComposerModule, L, quiet_trainer
 
 B, T, FEATURES, CLASSES, VOCAB = 8, 6, 5, 4, 11
 STEPS = 4

@@ -12,6 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 import torchmetrics
+from helpers.support import L, image_dataset, quiet_trainer
 from torch.utils.data import DataLoader, TensorDataset
 
 from composer_bridge import AlgorithmEngineCallback
@@ -19,7 +20,6 @@ from composer_bridge.algorithms import EMA, CutMix, GradientClipping, LabelSmoot
 from composer_bridge.core.algorithm import AlgorithmError
 from composer_bridge.functional import smooth_labels
 from composer_bridge.lightning.setup_checks import BridgeConfigurationError
-from tests.support import L, image_dataset, quiet_trainer
 
 # Lightning's own demo modules, from the package under test
 LightningTransformer = importlib.import_module(f"{L.__name__}.demos").LightningTransformer

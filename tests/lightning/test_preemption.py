@@ -18,8 +18,8 @@ import warnings
 from pathlib import Path
 
 import pytest
-from preemption import CADENCES, run_chain, segment, uninterrupted_starts
-from resume_points import differences
+from helpers.preemption import CADENCES, run_chain, segment, uninterrupted_starts
+from helpers.resume_points import differences
 
 from composer_bridge.training.resume_position import ResumeDriftWarning
 

@@ -4,7 +4,7 @@ A simulated SLURM job: the job's environment variables, ``SLURMEnvironment(auto_
 and an ``scontrol`` on ``PATH`` that records the requeue and then does what SLURM does next: it
 kills the job (``SIGKILL``). The signal is raised from inside the run at a chosen step, so the
 point repeats. Lightning's handler writes ``hpc_ckpt_1.ckpt`` and calls ``scontrol requeue <job
-id>``; the requeued job is a new process (forked from the test, as in ``tests/preemption.py``) with the
+id>``; the requeued job is a new process (forked from the test, as in ``tests/helpers/preemption.py``) with the
 same environment, and Lightning resumes it from the hpc checkpoint by itself (no ``ckpt_path``).
 
 Oracle: plain Lightning requeued at the same point. Where it ends equal to its uninterrupted run
@@ -26,9 +26,9 @@ from typing import Any
 
 import pytest
 import torch
-from preemption import CADENCES, run_chain, segment
-from resume_points import Outcome, differences
-from support import L
+from helpers.preemption import CADENCES, run_chain, segment
+from helpers.resume_points import Outcome, differences
+from helpers.support import L
 
 pytestmark = [pytest.mark.preemption, pytest.mark.timeout(900)]
 

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from preemption import PlainClassifier, six_algorithms
-from support import L, ResumableLoader, image_dataset
+from helpers.preemption import PlainClassifier, six_algorithms
+from helpers.support import L, ResumableLoader, image_dataset
 
 from composer_bridge import AlgorithmEngineCallback
 from composer_bridge.algorithms import ChannelsLast, SelectiveBackprop

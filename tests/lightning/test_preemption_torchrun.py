@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from resume_points import differences
-from support import REPO
+from helpers.resume_points import differences
+from helpers.support import REPO
 
 pytestmark = [pytest.mark.preemption, pytest.mark.timeout(900)]
 
@@ -29,7 +29,7 @@ SCRIPT = """
 import datetime, os, sys
 from pathlib import Path
 import torch
-from preemption import CADENCES, segment
+from helpers.preemption import CADENCES, segment
 
 kill = sys.argv[1] == "kill"
 rank, attempt = int(os.environ["RANK"]), int(os.environ["TORCHELASTIC_RESTART_COUNT"])

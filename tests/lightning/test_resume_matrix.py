@@ -16,8 +16,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from resume_points import POINTS, RANDOM_ALGORITHMS, Point, differences, fit, lightning_api, resume
-from support import LIGHTNING_PACKAGE
+from helpers.resume_points import POINTS, RANDOM_ALGORITHMS, Point, differences, fit, lightning_api, resume
+from helpers.support import LIGHTNING_PACKAGE
 
 #: points where plain Lightning itself does not resume exactly, and why
 NOT_EXACT_IN_LIGHTNING = {
@@ -37,7 +37,7 @@ OPEN_STEP = "one step behind"
 
 @pytest.fixture
 def api() -> SimpleNamespace:
-    """The Lightning package under test (``COMPOSER_BRIDGE_TEST_LIGHTNING``, see tests/support.py)."""
+    """The Lightning package under test (``COMPOSER_BRIDGE_TEST_LIGHTNING``, see tests/helpers/support.py)."""
     return lightning_api(LIGHTNING_PACKAGE)
 
 

@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 import torch
-from support import run_ddp_script
+from helpers.support import run_ddp_script
 
 ALGORITHMS = ("plain", "CutOut", "MixUp")
 
 SCRIPT = f"""
 from pathlib import Path
 import torch
-from resume_points import POINTS, differences, lightning_api, resume
-from support import LIGHTNING_PACKAGE
+from helpers.resume_points import POINTS, differences, lightning_api, resume
+from helpers.support import LIGHTNING_PACKAGE
 
 api = lightning_api(LIGHTNING_PACKAGE)
 point = POINTS["every_n_train_steps, epoch's last batch"]

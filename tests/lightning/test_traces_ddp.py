@@ -7,14 +7,14 @@ import json
 from pathlib import Path
 
 import pytest
-from support import run_ddp_script
+from helpers.support import run_ddp_script
 
 SCRIPT = """
 import json, logging
-from support import L
+from helpers.support import L
 CSVLogger, Logger = L.loggers.CSVLogger, L.loggers.Logger
 rank_zero_only = L.utilities.rank_zero.rank_zero_only
-from support import image_loader, quiet_trainer, tiny_classifier
+from helpers.support import image_loader, quiet_trainer, tiny_classifier
 from composer_bridge import AlgorithmEngineCallback, Algorithm, Event
 
 class Stamp(Algorithm):

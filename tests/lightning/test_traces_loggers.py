@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from support import L, image_loader, quiet_trainer, tiny_classifier
+from helpers.support import L, image_loader, quiet_trainer, tiny_classifier
 
 from composer_bridge import Algorithm, AlgorithmEngineCallback, Event
 from composer_bridge.core.trace import Trace

@@ -8,7 +8,7 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from support import image_loader, quiet_trainer, tiny_classifier
+from helpers.support import image_loader, quiet_trainer, tiny_classifier
 
 from composer_bridge import Algorithm, AlgorithmEngineCallback, Event
 from composer_bridge.core.passes import DEFAULT_PASSES, sort_to_front

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import torch
-from support import L, image_loader, quiet_trainer, tiny_classifier, wandb_run_records
+from helpers.support import L, image_loader, quiet_trainer, tiny_classifier, wandb_run_records
 
 from composer_bridge import Algorithm, AlgorithmEngineCallback, AlgorithmError, Event
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import torch
-from support import L, image_loader, quiet_trainer, tiny_classifier
+from helpers.support import L, image_loader, quiet_trainer, tiny_classifier
 
 from composer_bridge import Algorithm, AlgorithmEngineCallback, Event
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
-from support import L, image_loader, quiet_trainer, tiny_classifier
+from helpers.support import L, image_loader, quiet_trainer, tiny_classifier
 
 import composer_bridge.algorithms as library
 from composer_bridge import AlgorithmEngineCallback, Event

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
-from support import (
+from helpers.support import (
     LIGHTNING_PACKAGE,
     ComposerClassifier,
     L,

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import torch
-from support import L, quiet_trainer
+from helpers.support import L, quiet_trainer
 from torch.utils.data import DataLoader, TensorDataset
 
 from composer_bridge import AlgorithmEngineCallback, Callback

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from support import L, quiet_trainer
+from helpers.support import L, quiet_trainer
 from torch.utils.data import DataLoader, TensorDataset
 
 from composer_bridge import AlgorithmEngineCallback, Event

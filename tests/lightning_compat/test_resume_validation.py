@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import torch
-from support import (
+from helpers.support import (
     L,
     ResumableLoader,
     assert_same_state,

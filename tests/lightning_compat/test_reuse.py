@@ -10,7 +10,7 @@ import pickle
 from typing import Any
 
 import pytest
-from support import (
+from helpers.support import (
     assert_same_state,
     assert_same_weights,
     image_loader,

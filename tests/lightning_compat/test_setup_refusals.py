@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from support import L, image_loader, quiet_trainer, tiny_classifier
+from helpers.support import L, image_loader, quiet_trainer, tiny_classifier
 
 import composer_bridge.algorithms as library
 from composer_bridge import AlgorithmEngineCallback

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from support import image_loader, quiet_trainer, tiny_classifier
+from helpers.support import image_loader, quiet_trainer, tiny_classifier
 
 from composer_bridge import AlgorithmEngineCallback
 from composer_bridge.algorithms import LabelSmoothing

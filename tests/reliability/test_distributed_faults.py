@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from support import run_ddp_script
+from helpers.support import run_ddp_script
 
 MIXED = """
 import torch
-from support import L
-from support import image_loader, quiet_trainer, tiny_classifier
+from helpers.support import L
+from helpers.support import image_loader, quiet_trainer, tiny_classifier
 from composer_bridge import AlgorithmEngineCallback
 from composer_bridge.algorithms import BlurPool, CutOut, EMA, GradientClipping, LayerFreezing
 
@@ -48,10 +48,10 @@ def test_mixed_recipe_under_ddp_ends_identical_and_only_rank_zero_logs(tmp_path:
 
 
 ONE_RANK_FAILS = """
-from support import L
+from helpers.support import L
 from datetime import timedelta
 DDPStrategy = L.strategies.DDPStrategy
-from support import image_loader, quiet_trainer, tiny_classifier
+from helpers.support import image_loader, quiet_trainer, tiny_classifier
 from composer_bridge import AlgorithmEngineCallback, Algorithm, Event
 
 class FailOnRankOne(Algorithm):

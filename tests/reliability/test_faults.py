@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import torch
-from support import REPO, L, image_loader, quiet_trainer, tiny_classifier
+from helpers.support import REPO, L, image_loader, quiet_trainer, tiny_classifier
 
 from composer_bridge import Algorithm, AlgorithmEngineCallback, Callback, Event, State
 from composer_bridge.core.algorithm import AlgorithmError
@@ -72,8 +72,8 @@ def test_a_fault_names_algorithm_and_event_closes_everything_and_keeps_checkpoin
 
 KEYBOARD_INTERRUPT = """
 import sys, torch
-from support import L
-from support import image_loader, quiet_trainer, tiny_classifier
+from helpers.support import L
+from helpers.support import image_loader, quiet_trainer, tiny_classifier
 from composer_bridge import AlgorithmEngineCallback, Algorithm, Callback, Event
 
 class Interrupt(Algorithm):

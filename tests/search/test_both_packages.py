@@ -12,8 +12,8 @@ from typing import Any
 import lightning
 import pytest
 import pytorch_lightning
-import search_support as task
 import torch
+from helpers import search_support as task
 
 from composer_bridge.search import SearchInputError, search_recipe
 

@@ -10,8 +10,8 @@ import os
 import sys
 
 import pytest
-import search_support as task
-from search_faults import KillingFactory
+from helpers import search_support as task
+from helpers.search_faults import KillingFactory
 
 from composer_bridge.search import SearchInputError, search_recipe
 from composer_bridge.search.executor import FitTask, InProcessExecutor, execute, needs_own_launcher

@@ -10,8 +10,8 @@ import functools
 import json
 
 import pytest
-import search_support as task
-from search_faults import KillingFactory
+from helpers import search_support as task
+from helpers.search_faults import KillingFactory
 
 from composer_bridge.search import RayExecutor, SearchInputError, search_recipe
 

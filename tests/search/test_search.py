@@ -14,8 +14,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 import pytest
-import search_support as task
 import torch
+from helpers import search_support as task
 
 from composer_bridge.search import (
     BudgetWarning,
@@ -277,7 +277,7 @@ def test_the_docstring_examples_run() -> None:
 
 
 def test_the_example_runs_a_quick_search_and_logs_the_table_to_wandb_offline(tmp_path, capsys) -> None:
-    from support import load_script
+    from helpers.support import load_script
 
     example = load_script("examples/search.py", "search_example_under_test")
     result = example.main(["--quick", "--no-progress", "--out", str(tmp_path), "--confirm-seeds", "1000", "1001"])

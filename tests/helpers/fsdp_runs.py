@@ -2,7 +2,7 @@
 
 Usage (Lightning launches the second rank by re-running this script with the same arguments)::
 
-    python fsdp_runs.py OUT_DIR [CASE ...]
+    python tests/helpers/fsdp_runs.py OUT_DIR [CASE ...]
 
 For every case it trains the same seeded model on the same data twice, under ``strategy="ddp"``
 and under FSDP2 (``ModelParallelStrategy(data_parallel_size=2, tensor_parallel_size=1)``, with
@@ -68,6 +68,7 @@ from composer_bridge.algorithms import (
     WeightStandardization,
 )
 from composer_bridge.models import GPT, ResNetCNN
+from helpers.support import ResumableLoader, image_dataset
 
 VOCAB, SEQ = 16, 8
 #: the classifiers' outputs: 5 rows do not split evenly over 2 ranks (FSDP2 pads the last shard)
@@ -300,30 +301,9 @@ def fit(case: str, strategy_name: str, out: Path) -> dict[str, Any]:
 
 
 # --- checkpoints: stop after 3 of 6 steps (mid-epoch), save, resume in a fresh Trainer ---------------
-class RankLoader:
-    """Fixed batches of this rank's half of the data, in order, resumable mid-epoch (``state_dict``)."""
-
-    def __init__(self, rank: int, batches: int = 8, batch_size: int = 4) -> None:
-        x, y = next(iter(image_loader(n=2 * batches * batch_size, batch_size=2 * batches * batch_size)))
-        x, y = x[rank::2], y[rank::2]
-        self.batches = [(x[i : i + batch_size], y[i : i + batch_size]) for i in range(0, len(x), batch_size)]
-        self.position = 0
-        self._resume_at = 0
-
-    def __len__(self) -> int:
-        return len(self.batches)
-
-    def __iter__(self):  # type: ignore[no-untyped-def]
-        start, self._resume_at = self._resume_at, 0
-        for index in range(start, len(self.batches)):
-            self.position = index + 1
-            yield self.batches[index]
-
-    def state_dict(self) -> dict[str, int]:
-        return {"position": self.position}
-
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        self._resume_at = int(state["position"]) % len(self.batches)
+def rank_loader(rank: int, batches: int = 8, batch_size: int = 4) -> ResumableLoader:
+    """This rank's half of :func:`image_loader`'s images, ``batches`` fixed batches resumable mid-epoch."""
+    return ResumableLoader(image_dataset(n=2 * batches * batch_size, channels=3), batch_size, rank=rank, world_size=2)
 
 
 RESUME_SETS: dict[str, Callable[[], list[Any]]] = {
@@ -345,7 +325,7 @@ def resume_run(name: str, rank: int, out: Path, sharded: bool, ckpt: Path | None
         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
         callbacks=[callback] + ([saver] if ckpt is None else []), default_root_dir=str(out / "lightning"),
     )
-    trainer.fit(model, RankLoader(rank), ckpt_path=str(ckpt) if ckpt is not None else None)
+    trainer.fit(model, rank_loader(rank), ckpt_path=str(ckpt) if ckpt is not None else None)
     saved = out / f"{name}-{mode}" / "at-step=3.ckpt"
     return {
         "params": {k: _full(v) for k, v in model.named_parameters()},
@@ -386,7 +366,7 @@ def epoch_end_run(name: str, rank: int, out: Path, sharded: bool, ckpt: Path | N
         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
         callbacks=listed, default_root_dir=str(out / "lightning"),
     )
-    trainer.fit(model, RankLoader(rank, batches=2), ckpt_path=str(ckpt) if ckpt is not None else None)
+    trainer.fit(model, rank_loader(rank, batches=2), ckpt_path=str(ckpt) if ckpt is not None else None)
     return {
         "params": {k: _full(v) for k, v in model.named_parameters()},
         "sharded": any(type(p).__name__ == "DTensor" for p in model.parameters()),

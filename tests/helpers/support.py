@@ -38,7 +38,7 @@ else:
     raise ValueError(
         f"COMPOSER_BRIDGE_TEST_LIGHTNING={LIGHTNING_PACKAGE!r}: choose 'lightning' or 'pytorch_lightning'."
     )
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def load_script(relative_path: str, name: str) -> ModuleType:
@@ -165,10 +165,21 @@ def run_ddp_file(
 
 
 class ResumableLoader:
-    """Fixed batches in order that Lightning can checkpoint mid-epoch (``state_dict``/``load_state_dict``)."""
+    """Fixed batches in order that Lightning can checkpoint mid-epoch (``state_dict``/``load_state_dict``).
 
-    def __init__(self, dataset: TensorDataset, batch_size: int) -> None:
-        x, y = dataset.tensors
+    With ``world_size`` > 1 it holds one rank's share of the rows (``rank``, ``rank + world_size``, ...),
+    for a script that runs once per rank of a DDP or FSDP launch.
+
+    Example:
+        >>> loader = ResumableLoader(image_dataset(n=8), batch_size=2, rank=1, world_size=2)
+        >>> len(loader), loader.batches[0][1].tolist() == image_dataset(n=8).tensors[1][[1, 3]].tolist()
+        (2, True)
+        >>> _ = next(iter(loader)); loader.state_dict()
+        {'position': 1}
+    """
+
+    def __init__(self, dataset: TensorDataset, batch_size: int, rank: int = 0, world_size: int = 1) -> None:
+        x, y = (tensor[rank::world_size] for tensor in dataset.tensors)
         self.batches = [(x[i : i + batch_size], y[i : i + batch_size]) for i in range(0, len(x), batch_size)]
         self.position = 0
         self._resume_at = 0

@@ -11,7 +11,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
-import search_support as task
+from helpers import search_support as task
 
 
 class KillingFactory:

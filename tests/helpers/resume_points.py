@@ -24,11 +24,11 @@ from types import SimpleNamespace
 from typing import Any
 
 import torch
-from support import ResumableLoader, image_dataset, tiny_classifier
 from torch.utils.data import DataLoader
 
 import composer_bridge.algorithms as library
 from composer_bridge import Algorithm, AlgorithmEngineCallback
+from helpers.support import ResumableLoader, image_dataset, tiny_classifier
 
 STEPS_PER_EPOCH = 3
 EPOCHS = 3

@@ -9,10 +9,10 @@ inside its own run, in ``on_train_batch_start`` once ``global_step`` reaches the
 after it runs (no ``on_exception``, no teardown, no checkpoint on the way out), as when a spot
 instance vanishes, and the point repeats exactly from run to run. The next segment resumes from
 whatever ``last.ckpt`` Lightning had written. The last segment runs to the end and saves its
-:class:`~resume_points.Outcome`.
+:class:`~helpers.resume_points.Outcome`.
 
 The model is a plain ``LightningModule`` (the loss computed in ``training_step``), the data a
-:class:`~support.ResumableLoader` (Lightning resumes it mid-epoch), 4 epochs of 3 batches.
+:class:`~helpers.support.ResumableLoader` (Lightning resumes it mid-epoch), 4 epochs of 3 batches.
 """
 
 from __future__ import annotations
@@ -28,12 +28,12 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from resume_points import Listen, Outcome, _bridge_state
-from support import L, ResumableLoader, image_dataset
 from torch.utils.data import DataLoader
 
 from composer_bridge import Algorithm, AlgorithmEngineCallback
 from composer_bridge.algorithms import EMA, CutOut, GradientClipping, LabelSmoothing, LayerFreezing, MixUp
+from helpers.resume_points import Listen, Outcome, _bridge_state
+from helpers.support import L, ResumableLoader, image_dataset
 
 STEPS_PER_EPOCH = 3
 EPOCHS = 4
@@ -132,7 +132,7 @@ def segment(bridge: str, cadence: Cadence, directory: Path, kill_at: int | None,
     """One process's part of a chain: fit (resumed from ``resume``), killed at ``kill_at`` if given.
 
     ``trainer_options`` adds to (or replaces) the Trainer's settings; ``extra`` callbacks are listed
-    after the bridge; ``loader``: ``"resumable"`` (:class:`~support.ResumableLoader`, in order) or
+    after the bridge; ``loader``: ``"resumable"`` (:class:`~helpers.support.ResumableLoader`, in order) or
     torchdata's ``StatefulDataLoader(shuffle=True)``: ``"stateful"`` (as users write it, drawing its
     order from the global generator) or ``"stateful, own generator"`` (``generator=`` a seeded one).
     """
