@@ -28,6 +28,7 @@ from composer_bridge.algorithms.selective_backprop import select_using_loss, sho
 from composer_bridge.algorithms.seq_length_warmup import set_batch_sequence_length
 from composer_bridge.algorithms.squeeze_excite import apply_squeeze_excite
 from composer_bridge.algorithms.stochastic_depth import apply_stochastic_depth
+from composer_bridge.algorithms.warmup_stable_decay import wsd_multiplier
 from composer_bridge.algorithms.weight_standardization import apply_weight_standardization
 
 __all__: list[str] = [
@@ -59,4 +60,5 @@ __all__: list[str] = [
     "set_batch_sequence_length",
     "should_selective_backprop",
     "smooth_labels",
+    "wsd_multiplier",
 ]

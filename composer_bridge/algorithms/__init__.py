@@ -45,6 +45,7 @@ from composer_bridge.algorithms.squeeze_excite import SqueezeExcite2d as Squeeze
 from composer_bridge.algorithms.squeeze_excite import SqueezeExciteConv2d as SqueezeExciteConv2d
 from composer_bridge.algorithms.stochastic_depth import StochasticDepth
 from composer_bridge.algorithms.swa import SWA
+from composer_bridge.algorithms.warmup_stable_decay import WarmupStableDecay
 from composer_bridge.algorithms.weight_standardization import WeightStandardization
 
 __all__: list[str] = [
@@ -74,5 +75,6 @@ __all__: list[str] = [
     "SeqLengthWarmup",
     "SqueezeExcite",
     "StochasticDepth",
+    "WarmupStableDecay",
     "WeightStandardization",
 ]
