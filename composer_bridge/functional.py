@@ -23,6 +23,7 @@ from composer_bridge.algorithms.low_precision_groupnorm import apply_low_precisi
 from composer_bridge.algorithms.low_precision_layernorm import apply_low_precision_layernorm
 from composer_bridge.algorithms.mixup import mixup_batch
 from composer_bridge.algorithms.progressive_resizing import resize_batch
+from composer_bridge.algorithms.qk_norm import apply_qk_norm
 from composer_bridge.algorithms.randaugment import randaugment_image
 from composer_bridge.algorithms.selective_backprop import select_using_loss, should_selective_backprop
 from composer_bridge.algorithms.seq_length_warmup import set_batch_sequence_length
@@ -30,6 +31,7 @@ from composer_bridge.algorithms.squeeze_excite import apply_squeeze_excite
 from composer_bridge.algorithms.stochastic_depth import apply_stochastic_depth
 from composer_bridge.algorithms.warmup_stable_decay import wsd_multiplier
 from composer_bridge.algorithms.weight_standardization import apply_weight_standardization
+from composer_bridge.algorithms.z_loss import z_loss
 
 __all__: list[str] = [
     "apply_alibi",
@@ -42,6 +44,7 @@ __all__: list[str] = [
     "apply_gyro_dropout",
     "apply_low_precision_groupnorm",
     "apply_low_precision_layernorm",
+    "apply_qk_norm",
     "apply_squeeze_excite",
     "apply_stochastic_depth",
     "apply_weight_standardization",
@@ -61,4 +64,5 @@ __all__: list[str] = [
     "should_selective_backprop",
     "smooth_labels",
     "wsd_multiplier",
+    "z_loss",
 ]

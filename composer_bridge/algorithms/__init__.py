@@ -35,6 +35,7 @@ from composer_bridge.algorithms.low_precision_groupnorm import LowPrecisionGroup
 from composer_bridge.algorithms.low_precision_layernorm import LowPrecisionLayerNorm
 from composer_bridge.algorithms.mixup import MixUp
 from composer_bridge.algorithms.progressive_resizing import ProgressiveResizing
+from composer_bridge.algorithms.qk_norm import QKNorm
 from composer_bridge.algorithms.randaugment import RandAugment
 from composer_bridge.algorithms.randaugment import RandAugmentTransform as RandAugmentTransform
 from composer_bridge.algorithms.sam import SAM
@@ -47,6 +48,7 @@ from composer_bridge.algorithms.stochastic_depth import StochasticDepth
 from composer_bridge.algorithms.swa import SWA
 from composer_bridge.algorithms.warmup_stable_decay import WarmupStableDecay
 from composer_bridge.algorithms.weight_standardization import WeightStandardization
+from composer_bridge.algorithms.z_loss import ZLoss
 
 __all__: list[str] = [
     "Alibi",
@@ -68,6 +70,7 @@ __all__: list[str] = [
     "LowPrecisionLayerNorm",
     "MixUp",
     "ProgressiveResizing",
+    "QKNorm",
     "RandAugment",
     "SAM",
     "SWA",
@@ -77,4 +80,5 @@ __all__: list[str] = [
     "StochasticDepth",
     "WarmupStableDecay",
     "WeightStandardization",
+    "ZLoss",
 ]

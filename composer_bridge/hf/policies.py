@@ -16,6 +16,10 @@ Alibi                      ``GPT2Attention``, ``BertSelfAttention``,        ALiB
 GatedLinearUnits           ``BertIntermediate``, ``GPT2MLP``               gated projection (in place)
 LowPrecisionLayerNorm      ``nn.LayerNorm`` (GPT-2, BERT): nothing to add  (Llama's RMSNorm: not handled)
 Factorize                  ``nn.Linear`` (BERT, Llama): nothing to add      GPT-2: :func:`conv1d_to_linear` first
+QKNorm                     ``GPT2Attention``, ``LlamaAttention``,           per-head RMSNorm on the
+                           ``Qwen2Attention``, ``MistralAttention``,        query/key projections
+                           ``GemmaAttention``, ``Phi3Attention``,           (in place, see
+                           ``GPTNeoXAttention``                             :mod:`composer_bridge.hf.qk_norm`)
 =========================  ==============================================  ===========================
 """
 
@@ -23,15 +27,19 @@ from __future__ import annotations
 
 from composer_bridge.algorithms.alibi import register_alibi_policy
 from composer_bridge.algorithms.gated_linear_units import register_glu_policy
+from composer_bridge.algorithms.qk_norm import register_qk_norm_policy
 from composer_bridge.hf.alibi import ALIBI_POLICY
 from composer_bridge.hf.feed_forward import GLU_POLICY
+from composer_bridge.hf.qk_norm import QK_NORM_POLICY
 
 __all__ = ["register_hf_policies"]
 
 
 def register_hf_policies() -> None:
-    """Teach ``Alibi`` and ``GatedLinearUnits`` the Hugging Face classes of :data:`ALIBI_POLICY` and :data:`GLU_POLICY`."""
+    """Teach ``Alibi``, ``GatedLinearUnits`` and ``QKNorm`` the Hugging Face classes of their policies."""
     for cls, fn in ALIBI_POLICY.items():
         register_alibi_policy(cls, fn)
     for cls, fn in GLU_POLICY.items():
         register_glu_policy(cls, fn)
+    for cls, fn in QK_NORM_POLICY.items():
+        register_qk_norm_policy(cls, fn)
