@@ -61,7 +61,7 @@ def z_loss(
             class dimension, ``True`` where a position is left out.
 
     Returns:
-        A float32 scalar; ``0`` when every position is ignored. Its gradient with respect to the
+        A float32 scalar (float64 for float64 logits); ``0`` when every position is ignored. Its gradient with respect to the
         logits is ``coefficient * 2 * logsumexp * softmax / kept_positions`` at each kept position.
 
     Example:
@@ -76,7 +76,8 @@ def z_loss(
     if not isinstance(logits, torch.Tensor) or not logits.is_floating_point() or logits.ndim < 1:
         raise TypeError(f"z_loss needs floating-point logits, got {type(logits).__name__} "
                         f"{getattr(logits, 'dtype', '')} {tuple(getattr(logits, 'shape', ()))}.")
-    log_normaliser = torch.logsumexp(logits.float(), dim=class_dim)
+    wide = logits if logits.dtype == torch.float64 else logits.float()  # bf16/fp16 logits: the sum in float32
+    log_normaliser = torch.logsumexp(wide, dim=class_dim)
     squares = log_normaliser.square()
     if ignore_mask is None and target is not None:
         ignore_mask = ignored_positions(logits, target, ignore_index, class_dim)
