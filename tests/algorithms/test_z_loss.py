@@ -22,7 +22,7 @@ VOCAB, SEQ, COEFFICIENT = 11, 6, 0.05  # a large coefficient, so that a missing 
 def by_hand(logits: torch.Tensor, kept: torch.Tensor, coefficient: float) -> torch.Tensor:
     """``coefficient * mean over kept rows of log(sum(exp(row)))**2``, one row at a time (classes last)."""
     rows = [torch.log(torch.exp(row.double()).sum()) ** 2 for row, keep in zip(logits.reshape(-1, logits.shape[-1]),
-                                                                              kept.reshape(-1)) if keep]
+                                                                              kept.reshape(-1), strict=True) if keep]
     return coefficient * torch.stack(rows).mean() if rows else torch.zeros((), dtype=torch.float64)
 
 

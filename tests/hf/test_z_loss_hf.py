@@ -47,7 +47,7 @@ def test_huggingface_model_adds_the_z_loss_of_the_shifted_logits(family: str, re
         for p in reference.parameters():
             if p.grad is not None:
                 p -= 0.5 * p.grad
-    for (name, ours), theirs in zip(model.state_dict().items(), reference.state_dict().values()):
+    for (name, ours), theirs in zip(model.state_dict().items(), reference.state_dict().values(), strict=True):
         torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6, msg=name)
 
 
