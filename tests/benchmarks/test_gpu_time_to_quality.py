@@ -49,6 +49,10 @@ def test_the_json_names_the_machine_and_holds_every_run_on_the_wall_clock(dry_ru
         points = {(r["config"], r["seed"], r["budget"]) for r in task["runs"]}
         assert points == {(c, s, b) for c in task["configs"] for s in (0, 1) for b in (2, 4, 8)}
         assert all(r["clock"] == "wall" and r["wall_s"] > 0 for r in task["runs"])
+        pick = max if task["higher_is_better"] else min
+        for seed in (0, 1):  # where the baseline's best quality lies: is the longest run on its plateau?
+            base = [r for r in task["runs"] if r["config"] == "baseline" and r["seed"] == seed]
+            assert task["baseline_best_at"][str(seed)] == pick(base, key=lambda r: r["quality"])["budget"]
 
 
 def test_the_speedups_are_the_shared_strict_speedup_of_the_points_on_the_wall_clock(dry_run) -> None:
