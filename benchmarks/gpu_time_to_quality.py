@@ -576,7 +576,7 @@ def main(argv: list[str] | None = None) -> int:
     if factor < 1.0:
         print(f"  over budget: every run length scaled by {factor:.2f}: "
               + ", ".join(f"{t} {plan.budgets(t)}" for t in plan.tasks)
-              + "  " + _estimate_text(plan, rates, "new estimate"), flush=True)
+              + "; " + _estimate_text(plan, rates, "new estimate"), flush=True)
     device_step = None
     if "vision" in plan.tasks:
         device_step = {"plain_loop_ms": round(plain_vision_step_ms(plan), 3),
