@@ -1,7 +1,7 @@
 """On a CUDA GPU: benchmarks/pareto.py's GPU set-up (large vision, bf16-mixed, channels-last) runs and is timed on the device.
 
 Skipped without CUDA (CI has none); the same code path runs on the CPU in
-``tests/test_pareto.py::test_the_large_setup_trains_in_bf16_mixed_through_the_task_the_gpu_run_uses``
+``tests/benchmarks/test_pareto.py::test_the_large_setup_trains_in_bf16_mixed_through_the_task_the_gpu_run_uses``
 (narrow widths, 32 images). Here it runs at full width and batch on the device.
 """
 
@@ -16,7 +16,7 @@ import torch
 from helpers.support import load_script
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
-                                reason="needs a CUDA GPU (the CPU path is in tests/test_pareto.py)")
+                                reason="needs a CUDA GPU (the CPU path is in tests/benchmarks/test_pareto.py)")
 
 
 @pytest.fixture(scope="module")

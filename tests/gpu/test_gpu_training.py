@@ -43,8 +43,8 @@ cuda_only = pytest.mark.skipif(not CUDA, reason="exists on CUDA only (dry run on
 
 
 def _load_matrix() -> Any:
-    """The resumption matrix's model/data choices per algorithm (tests/reliability/test_resumption_matrix.py)."""
-    path = REPO / "tests" / "reliability" / "test_resumption_matrix.py"
+    """The resumption matrix's model/data choices per algorithm (tests/lightning/resumption/test_every_algorithm.py)."""
+    path = REPO / "tests" / "lightning" / "resumption" / "test_every_algorithm.py"
     spec = importlib.util.spec_from_file_location("_gpu_resumption_matrix_cases", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

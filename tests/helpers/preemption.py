@@ -1,7 +1,7 @@
 """Preempted runs: a fit killed with SIGKILL at chosen steps, resumed from ``last.ckpt`` each time.
 
-Shared by ``tests/lightning/test_preemption.py`` (kill chains, Lightning-AI/pytorch-lightning#19403,
-the resume-time warning) and ``tests/lightning/test_preemption_slurm.py``.
+Shared by ``tests/lightning/resumption/test_preemption.py`` (kill chains, Lightning-AI/pytorch-lightning#19403,
+the resume-time warning) and ``tests/lightning/resumption/test_preemption_slurm.py``.
 
 Each *segment* of a chain runs in a forked child process (the parent's imports are reused, so a
 segment costs a fit, not an interpreter start). A callback kills the child with ``SIGKILL`` from

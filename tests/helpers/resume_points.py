@@ -1,7 +1,7 @@
 """The checkpoint points Lightning offers, as runs to resume from, and what an exact resumption compares.
 
-Shared by the single-process matrix (``test_resume_matrix.py``) and its DDP cross-section
-(``test_resume_matrix_ddp.py``, which runs this module inside both ranks).
+Shared by the single-process matrix (``test_checkpoint_points.py``) and its DDP cross-section
+(``test_checkpoint_points_ddp.py``, which runs this module inside both ranks).
 
 The Lightning package is reached only through :func:`lightning_api`, so the tests can be run
 against another package (``pytorch_lightning``) by swapping what it returns.

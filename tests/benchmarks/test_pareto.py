@@ -9,7 +9,7 @@ import pytest
 import torch
 from helpers.support import load_script
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
