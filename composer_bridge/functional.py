@@ -22,6 +22,7 @@ from composer_bridge.algorithms.layer_freezing import freeze_layers
 from composer_bridge.algorithms.low_precision_groupnorm import apply_low_precision_groupnorm
 from composer_bridge.algorithms.low_precision_layernorm import apply_low_precision_layernorm
 from composer_bridge.algorithms.mixup import mixup_batch
+from composer_bridge.algorithms.muon import apply_muon, muon_parameters
 from composer_bridge.algorithms.progressive_resizing import resize_batch
 from composer_bridge.algorithms.qk_norm import apply_qk_norm
 from composer_bridge.algorithms.randaugment import randaugment_image
@@ -44,6 +45,7 @@ __all__: list[str] = [
     "apply_gyro_dropout",
     "apply_low_precision_groupnorm",
     "apply_low_precision_layernorm",
+    "apply_muon",
     "apply_qk_norm",
     "apply_squeeze_excite",
     "apply_stochastic_depth",
@@ -57,6 +59,7 @@ __all__: list[str] = [
     "factorize_matrix",
     "freeze_layers",
     "mixup_batch",
+    "muon_parameters",
     "randaugment_image",
     "resize_batch",
     "select_using_loss",

@@ -34,6 +34,7 @@ from composer_bridge.algorithms.layer_freezing import LayerFreezing
 from composer_bridge.algorithms.low_precision_groupnorm import LowPrecisionGroupNorm
 from composer_bridge.algorithms.low_precision_layernorm import LowPrecisionLayerNorm
 from composer_bridge.algorithms.mixup import MixUp
+from composer_bridge.algorithms.muon import Muon
 from composer_bridge.algorithms.progressive_resizing import ProgressiveResizing
 from composer_bridge.algorithms.qk_norm import QKNorm
 from composer_bridge.algorithms.randaugment import RandAugment
@@ -69,6 +70,7 @@ __all__: list[str] = [
     "LowPrecisionGroupNorm",
     "LowPrecisionLayerNorm",
     "MixUp",
+    "Muon",
     "ProgressiveResizing",
     "QKNorm",
     "RandAugment",

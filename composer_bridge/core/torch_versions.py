@@ -19,6 +19,7 @@ import torch
 __all__ = [
     "DISTRIBUTE_TENSOR_SLICES_LOCALLY",
     "FSDP2_ON_CPU",
+    "MUON",
     "OLDEST_SUPPORTED",
     "at_least",
     "fsdp2_runs_on_cpu",
@@ -36,6 +37,10 @@ DISTRIBUTE_TENSOR_SLICES_LOCALLY = (2, 7)
 #: torch 2.7 is the first whose FSDP2 (``fully_shard``) trains on CPU processes (gloo): torch 2.6's
 #: calls ``record_event`` on a CPU ``Stream``, which has none (``AttributeError``). On a GPU, 2.6 works.
 FSDP2_ON_CPU = (2, 7)
+
+
+#: torch 2.9 is the first release with ``torch.optim.Muon`` (the Muon algorithm refuses older ones at setup).
+MUON = (2, 9)
 
 
 def at_least(version: tuple[int, int]) -> bool:

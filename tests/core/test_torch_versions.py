@@ -120,3 +120,7 @@ def test_local_slice_gives_each_of_two_ranks_the_part_distribute_tensor_gives_it
                             timeout=180, cwd=REPO)
     assert result.returncode == 0, result.stderr[-4000:]
     assert "rank 0: 15 cases equal" in result.stdout and "rank 1: 15 cases equal" in result.stdout, result.stdout
+
+
+def test_torch_optim_muon_exists_exactly_from_the_release_muon_names() -> None:
+    assert hasattr(torch.optim, "Muon") == torch_versions.at_least(torch_versions.MUON), torch.__version__
