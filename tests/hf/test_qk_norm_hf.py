@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import torch
 import transformers
-from helpers.support import quiet_trainer
+from helpers.support import L, quiet_trainer
 from torch import nn
 from torch.utils.data import DataLoader
 
@@ -17,6 +17,11 @@ from composer_bridge import AlgorithmEngineCallback
 from composer_bridge.algorithms import QKNorm
 from composer_bridge.algorithms.qk_norm import QKNormProjection
 from composer_bridge.functional import apply_qk_norm
+
+if L.__name__.startswith("pytorch_lightning"):
+    from composer_bridge.pl import HuggingFaceModel
+else:
+    from composer_bridge.hf import HuggingFaceModel
 
 VOCAB, LAYERS, SEQ = 64, 2, 10
 SMALL = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=LAYERS, num_attention_heads=4, vocab_size=VOCAB,
@@ -141,8 +146,6 @@ def test_gpt2_cross_attention_normalises_its_separate_query_projection() -> None
 
 
 def test_qknorm_trains_a_huggingface_model_and_its_scales_are_in_the_checkpoint(tmp_path: Path) -> None:
-    from composer_bridge.hf import HuggingFaceModel
-
     model = build("llama").train()
     module = HuggingFaceModel(model, optimizer=lambda p: torch.optim.AdamW(p, lr=1e-2))
     ids = torch.randint(0, VOCAB, (4, SEQ), generator=torch.Generator().manual_seed(1))

@@ -12,7 +12,11 @@ from torch.utils.data import DataLoader
 
 from composer_bridge import AlgorithmEngineCallback
 from composer_bridge.algorithms import ZLoss
-from composer_bridge.hf import HuggingFaceModel
+
+if L.__name__.startswith("pytorch_lightning"):
+    from composer_bridge.pl import HuggingFaceModel
+else:
+    from composer_bridge.hf import HuggingFaceModel
 
 ROWS, SEQ, VOCAB, COEFFICIENT = 4, 10, 64, 0.05
 
