@@ -17,8 +17,9 @@ from composer_bridge.search.candidates import DEFAULT_CANDIDATES, Candidate, fro
 from composer_bridge.search.errors import BudgetWarning, CandidateWarning, SearchInputError
 from composer_bridge.search.executor import Executor, InProcessExecutor
 from composer_bridge.search.ray_executor import RayExecutor
+from composer_bridge.search.results import CurveResult, SearchResult
 from composer_bridge.search.scoring import SpeedUp, strict_speedup, time_to_reach
-from composer_bridge.search.search import CurveResult, SearchResult, search_recipe
+from composer_bridge.search.search import search_recipe
 from composer_bridge.search.state import StaleStateError
 from composer_bridge.search.trial import FitRecord
 

@@ -42,7 +42,8 @@ import yaml
 
 from composer_bridge.search.candidates import Candidate, from_recipe
 from composer_bridge.search.errors import SearchInputError
-from composer_bridge.search.search import SearchResult, search_recipe
+from composer_bridge.search.results import SearchResult
+from composer_bridge.search.search import search_recipe
 
 __all__ = ["factory", "main"]
 

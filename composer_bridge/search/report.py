@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from composer_bridge.search.candidates import Candidate
 
 if TYPE_CHECKING:
-    from composer_bridge.search.search import SearchResult
+    from composer_bridge.search.results import SearchResult
 
 __all__ = ["fits_table", "plot", "python_code", "recipe_code", "recipe_yaml", "summary", "to_wandb", "write_outputs",
            "yaml_fragment"]

@@ -20,7 +20,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["SpeedUp", "best_quality", "strict_speedup", "summarise_speedups", "time_to_reach"]
+__all__ = ["CurveGoal", "SpeedUp", "best_quality", "strict_speedup", "summarise_speedups", "time_to_reach"]
 
 Curve = Sequence[tuple[float, float]]
 
@@ -116,3 +116,41 @@ def summarise_speedups(per_seed: dict[int, float | None]) -> SpeedUp:
     """
     seeds = tuple(sorted(per_seed))
     return SpeedUp(tuple(per_seed[s] for s in seeds), seeds)
+
+
+@dataclass(frozen=True)
+class CurveGoal:
+    """What a configuration's curve on one seed is raced against: the baseline's best quality and its time to it.
+
+    ``stop_past_baseline``: whether a curve that passes the baseline's time to ``q`` without reaching
+    it stops there (the search's shortcut: it cannot beat the baseline on that seed); confirmation
+    curves run to the longest run length.
+
+    Example:
+        >>> goal = CurveGoal.of([(1.0, 0.5), (2.0, 0.7)], higher_is_better=True, stop_past_baseline=True)
+        >>> goal.q, goal.t_base, goal.settled([(1.5, 0.6)]), goal.settled([(0.8, 0.6), (1.6, 0.75)])
+        (0.7, 2.0, None, 'reached Q')
+        >>> goal.settled([(2.5, 0.6)])
+        "stopped: past the baseline's time to Q"
+    """
+
+    q: float
+    t_base: float
+    higher: bool
+    stop_past_baseline: bool
+
+    @classmethod
+    def of(cls, baseline: Curve, higher_is_better: bool, stop_past_baseline: bool) -> CurveGoal:
+        """The goal set by a baseline curve."""
+        q = best_quality(baseline, higher_is_better)
+        t_base = time_to_reach(baseline, q, higher_is_better)
+        assert t_base is not None
+        return cls(q, t_base, higher_is_better, stop_past_baseline)
+
+    def settled(self, points: Curve) -> str | None:
+        """Why a curve with these points needs no longer run (``None``: it goes on to the next run length)."""
+        if points and time_to_reach(points, self.q, self.higher) is not None:
+            return "reached Q"
+        if self.stop_past_baseline and points and points[-1][0] >= self.t_base:
+            return "stopped: past the baseline's time to Q"
+        return None

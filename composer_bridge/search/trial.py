@@ -16,7 +16,7 @@ from __future__ import annotations
 import inspect
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 import torch
@@ -49,6 +49,7 @@ class FitRecord:
     cpu_s: float
     wall_s: float
     phase: str  #: ``"search"`` or ``"confirm"``
+    _: KW_ONLY
     fit_wall_s: float = 0.0  #: the whole fit and validation, Lightning's set-up included
     error: str | None = None  #: why the fit failed (its process died twice); then quality is NaN
     processes: int = 1  #: the fit's Trainer world size (2 for DDP on two devices)

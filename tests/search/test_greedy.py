@@ -10,17 +10,31 @@ import pytest
 
 from composer_bridge.search import BudgetWarning
 from composer_bridge.search.candidates import Candidate
-from composer_bridge.search.search import BudgetExhausted, CurveResult, _Search
+from composer_bridge.search.executor import InProcessExecutor
+from composer_bridge.search.fit_scheduler import FitScheduler
+from composer_bridge.search.greedy import GreedySearch
+from composer_bridge.search.results import BudgetExhausted, CurveResult
+from composer_bridge.search.settings import SearchSettings
 from composer_bridge.search.state import SearchState
 from composer_bridge.search.trial import FitRecord
 
 
-class Scripted(_Search):
+def _settings(labels, lengths, seeds, clock, max_seconds=None) -> SearchSettings:
+    return SearchSettings(make_module=None, make_data=None, monitor="q", higher=True,
+                          candidates=tuple(Candidate("MixUp", name=n) for n in labels), search_pool=tuple(labels),
+                          run_lengths=tuple(lengths), search_seeds=tuple(seeds), confirm_seeds=(10,), clock=clock,
+                          max_train_seconds=max_seconds)
+
+
+def _greedy(settings: SearchSettings) -> tuple[SearchSettings, FitScheduler]:
+    return settings, FitScheduler(settings, SearchState(None, {}), InProcessExecutor())
+
+
+class Scripted(GreedySearch):
     """A search whose curves come from ``scores[frozenset(config)]`` (one speed-up for every seed, or per seed)."""
 
     def __init__(self, scores: dict, seeds=(0, 1), labels=("A", "B", "C"), max_curves: int | None = None) -> None:
-        super().__init__(None, None, "q", True, [Candidate("MixUp", name=n) for n in labels], [1, 2], list(seeds),
-                         [10], "steps", {}, None, None, 0.02, SearchState(None, {}), None)
+        super().__init__(*_greedy(_settings(labels, [1, 2], seeds, "steps")))
         self.table, self.evaluated, self.max_curves = scores, [], max_curves
 
     def baseline(self, seed, phase):
@@ -40,7 +54,7 @@ class Scripted(_Search):
 
 def test_forward_selection_adds_the_best_candidate_while_it_helps_by_more_than_min_gain() -> None:
     search = Scripted({frozenset("A"): 1.5, frozenset("B"): 1.3, frozenset("AB"): 1.52, frozenset("AC"): 1.8})
-    recipe, scores = search.greedy()
+    recipe, scores = search.run()
     assert recipe == ("A", "C") and scores == {0: 1.8, 1: 1.8}
     # A+B (1.52x) was not enough over A (1.5x, needs > 1.53x); A+B+C is below A+C: the loop stops there.
     assert search.steps[-1].startswith("no addition beats A + C")
@@ -50,7 +64,7 @@ def test_an_algorithm_that_stops_helping_is_removed() -> None:
     # A is chosen first, then B, then C; next to B and C, A no longer helps: B + C without it scores higher.
     search = Scripted({frozenset("A"): 1.5, frozenset("B"): 1.2, frozenset("C"): 1.1, frozenset("AB"): 1.7,
                        frozenset("AC"): 1.6, frozenset("ABC"): 1.9, frozenset("BC"): 1.95})
-    recipe, scores = search.greedy()
+    recipe, scores = search.run()
     assert recipe == ("B", "C") and scores == {0: 1.95, 1: 1.95}
     assert "remove A: B + C at 1.95x >= 1.90x" in search.steps
     assert search.steps[-1].startswith("no addition beats B + C")
@@ -60,7 +74,7 @@ def test_successive_halving_sends_only_the_better_half_of_those_ahead_to_the_nex
     scores = {frozenset("A"): {0: 1.4, 1: 1.0, 2: 1.0}, frozenset("B"): {0: 1.3, 1: 1.3, 2: 1.3},
               frozenset("C"): {0: 1.2, 1: 2.0, 2: 2.0}, frozenset("D"): {0: 0.9, 1: 3.0, 2: 3.0}}
     search = Scripted(scores, seeds=(0, 1, 2), labels=("A", "B", "C", "D"))
-    search.greedy()
+    search.run()
     on_seed = {seed: {c for c, s in search.evaluated if s == seed and len(c) == 1} for seed in (0, 1, 2)}
     assert on_seed[0] == {("A",), ("B",), ("C",), ("D",)}
     assert on_seed[1] == {("A",), ("B",)}  # C ahead but in the lower half of the three ahead; D behind the baseline
@@ -70,7 +84,7 @@ def test_successive_halving_sends_only_the_better_half_of_those_ahead_to_the_nex
 def test_a_budget_stop_keeps_the_recipe_accepted_so_far() -> None:
     search = Scripted({frozenset("A"): 1.5, frozenset("AB"): 1.9}, max_curves=2 + 4 + 2)
     with pytest.raises(BudgetExhausted):
-        search.greedy()
+        search.run()
     # 2 baseline curves, step one (A, B, C on seed 0, A on seed 1), step two's A+B and A+C on seed 0: then
     # the budget ends, before A+B (ahead) is scored on seed 1, so the recipe stays A.
     assert search.incumbent == ("A",) and search.evaluated[-1] == (("A", "C"), 0)
@@ -79,15 +93,14 @@ def test_a_budget_stop_keeps_the_recipe_accepted_so_far() -> None:
 # --- one curve: run lengths short to long, and the two exact early stops ------------------------------
 
 
-def _curve_search(points: dict, max_seconds: float | None = None) -> _Search:
+def _curve_search(points: dict, max_seconds: float | None = None) -> GreedySearch:
     """A search over run lengths 1, 2, 4 whose fits come from ``points[(config, seed, steps)] = (seconds, quality)``.
 
-    The records go into the search's fit cache, so the real ``_Search.fit``, ``curve`` and budget code run;
-    a fit missing from the table would need training and fails the test.
+    The records go into the scheduler's fit cache, so the real ``FitScheduler.fit``, ``GreedySearch.curve``
+    and budget code run; a fit missing from the table would need training and fails the test.
     """
-    search = _Search(None, None, "q", True, [Candidate("MixUp", name=n) for n in ("A", "B")], [1, 2, 4], [0],
-                     [10], "cpu", {}, None, max_seconds, 0.02, SearchState(None, {}), None)
-    search.cache = {key: FitRecord(list(key[0]), key[1], key[2], q, s, s, s, "search" if key[1] == 0 else "confirm")
+    search = GreedySearch(*_greedy(_settings(("A", "B"), [1, 2, 4], [0], "cpu", max_seconds)))
+    search.fits.cache = {key: FitRecord(list(key[0]), key[1], key[2], q, s, s, s, "search" if key[1] == 0 else "confirm")
                     for key, (s, q) in points.items()}
     return search
 
@@ -103,7 +116,7 @@ def test_a_curve_stops_at_the_first_run_length_that_reaches_the_baselines_best()
     assert curve.status == "reached Q" and [p[0] for p in curve.points] == [0.9, 1.8]
     # Time to 0.6 on A's curve: 0.9 + 0.9 * (0.6 - 0.4) / (0.7 - 0.4) = 1.5 s; the baseline's: 4.0 s.
     assert curve.speedup == pytest.approx(4.0 / 1.5)
-    assert [(tuple(f.config), f.steps) for f in search.search_fits] == [((), 1), ((), 2), ((), 4), (("A",), 1),
+    assert [(tuple(f.config), f.steps) for f in search.fits.search_fits] == [((), 1), ((), 2), ((), 4), (("A",), 1),
                                                                          (("A",), 2)]
 
 
@@ -134,4 +147,4 @@ def test_a_time_budget_stops_before_a_fit_it_cannot_cover() -> None:
         search.baseline(0, "search")
     with pytest.raises(BudgetExhausted, match="14 s"):
         search.curve(("A",), 0, "search")
-    assert [(tuple(f.config), f.steps) for f in search.search_fits][3:] == [(("A",), 1), (("A",), 2)]
+    assert [(tuple(f.config), f.steps) for f in search.fits.search_fits][3:] == [(("A",), 1), (("A",), 2)]

@@ -119,8 +119,8 @@ def test_the_command_runs_its_fits_on_ray(local_ray, tmp_path) -> None:
 
     config = tmp_path / "search.yaml"
     config.write_text("""
-module: {class_path: search_support.TinyModule, init_args: {lr: 1.0}}
-data: {class_path: search_support.TinyData}
+module: {class_path: helpers.search_support.TinyModule, init_args: {lr: 1.0}}
+data: {class_path: helpers.search_support.TinyData}
 search: {monitor: val/acc, candidates: [LabelSmoothing, MixUp], run_lengths: [2, 4], max_fits: 8,
           search_seeds: [0], confirm_seeds: [10], clock: steps, progress: false}
 trainer: {accelerator: cpu}

@@ -227,10 +227,10 @@ def test_the_command_runs_a_search_from_a_config(tmp_path) -> None:
     config = tmp_path / "search.yaml"
     config.write_text(f"""
 module:
-  class_path: search_support.TinyModule
+  class_path: helpers.search_support.TinyModule
   init_args: {{lr: 1.0}}
 data:
-  class_path: search_support.TinyData
+  class_path: helpers.search_support.TinyData
 search:
   monitor: val/acc
   candidates: [LabelSmoothing, {{algorithm: MixUp, kwargs: {{alpha: 0.2}}}}]

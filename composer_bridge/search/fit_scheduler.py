@@ -1,0 +1,254 @@
+"""The scheduling of a search's fits: the fit cache, the budget, the executor, fits side by side, the overhead.
+
+The greedy search (:mod:`composer_bridge.search.greedy`) asks for one fit at a time, in its own
+order, with :meth:`FitScheduler.fit`; the answer comes from the cache (the state file of an earlier
+call, or a fit trained ahead) or from a fresh training. With a concurrent executor the greedy
+search first announces the curves it is about to read (:meth:`FitScheduler.prefetch`): their fits
+are then trained side by side, and the search replays its decisions from the cache, so the path
+never depends on which fit finished first.
+
+Example:
+    >>> from composer_bridge.search.candidates import Candidate
+    >>> from composer_bridge.search.executor import InProcessExecutor
+    >>> from composer_bridge.search.settings import SearchSettings
+    >>> from composer_bridge.search.state import SearchState
+    >>> settings = SearchSettings(make_module=None, make_data=None, monitor="q", higher=True,
+    ...                           candidates=(Candidate("MixUp"),), search_pool=("MixUp",), run_lengths=(1, 2),
+    ...                           search_seeds=(0,), confirm_seeds=(10,), clock="steps", max_fits=4)
+    >>> fits = FitScheduler(settings, SearchState(None, {}), InProcessExecutor())
+    >>> fits.search_fits, fits.trained
+    ([], 0)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from composer_bridge.search import checks
+from composer_bridge.search.executor import Executor, FitOutcome
+from composer_bridge.search.results import BudgetExhausted, Config, config_name
+from composer_bridge.search.scoring import CurveGoal
+from composer_bridge.search.settings import SearchSettings
+from composer_bridge.search.state import SearchState
+from composer_bridge.search.trial import FitRecord
+
+__all__ = ["FitScheduler"]
+
+_FLYING = "flying"  # a fit submitted to the executor and not back yet
+
+
+@dataclass(eq=False)
+class _Pending:
+    """A curve being trained side by side with others: its records by run length (None: not started)."""
+
+    config: Config
+    seed: int
+    records: list[Any]
+    goal: CurveGoal | None = None  # None for a baseline curve: all its lengths are trained
+    done: bool = False
+
+    @property
+    def key(self) -> tuple[Config, int]:
+        return self.config, self.seed
+
+    def prefix(self) -> int:
+        """How many of the shortest run lengths have finished, in a row."""
+        return next((i for i, r in enumerate(self.records) if r is None or r is _FLYING), len(self.records))
+
+    def known(self) -> int:
+        """Fits finished or started: the search will charge at least these for this curve."""
+        return sum(r is not None for r in self.records)
+
+    def seconds(self) -> float:
+        return sum(r.seconds for r in self.records if r is not None and r is not _FLYING)
+
+
+class FitScheduler:
+    """The fits of one search: from the cache or trained, charged to the budget, side by side where possible.
+
+    Args:
+        settings: the search's settings (budget, run lengths, clock, what a fit needs).
+        state: the state file: its fits are the cache; every new fit is appended and saved.
+        executor: where fits train.
+        progress: a tqdm bar, or ``None``.
+        started: when the search began (``perf_counter``, ``process_time``): its overhead counts from there.
+    """
+
+    def __init__(self, settings: SearchSettings, state: SearchState, executor: Executor, progress: Any = None, *,
+                 started: tuple[float, float] | None = None) -> None:
+        self.settings = settings
+        self.state, self.cache = state, state.lookup()
+        self.executor, self.progress = executor, progress
+        self.search_fits: list[FitRecord] = []  # the search-phase fits this replay has charged, in order
+        self.confirm_fits: list[FitRecord] = []
+        self.trained = 0  # fits trained in this call (not read from the state)
+        self.fit_wall_s = 0.0  # waiting for fits in this call (their set-up and validation included)
+        self.fit_cpu_s = 0.0
+        self.started = started if started is not None else (time.perf_counter(), time.process_time())
+        self.earlier = (state.overhead_s, state.overhead_cpu_s)  # from earlier, interrupted calls
+
+    # --- one fit at a time, in the search's order --------------------------------------------------
+
+    def fit(self, config: Config, seed: int, steps: int, phase: str) -> FitRecord:
+        """The fit of ``config`` on ``seed`` at ``steps``, charged to ``phase`` (``"search"`` or ``"confirm"``).
+
+        Raises :class:`~composer_bridge.search.results.BudgetExhausted` when a search fit would
+        overrun the budget.
+        """
+        if phase == "search":
+            self._check_budget(steps)
+        record = self.cache.get((config, seed, steps))
+        if record is None:
+            self.executor.submit(self.settings.task(config, seed, steps))
+            record = self._record(config, seed, steps, phase, self._wait()[1])
+        (self.search_fits if phase == "search" else self.confirm_fits).append(record)
+        if phase == "search" and len(self.search_fits) == 1:
+            self._check_first_fit(record)
+        self._tick(record)
+        return record
+
+    def spent(self) -> float:
+        """The search fits' training time so far, on the search's clock."""
+        return sum(f.seconds for f in self.search_fits)
+
+    def _estimate(self, steps: int) -> float:
+        """The clock's expected cost of a fit of ``steps`` steps: the most a baseline fit of that length took."""
+        if self.settings.clock == "steps":
+            return float(steps)
+        seen = [f.seconds for f in self.search_fits if not f.config and f.steps == steps]
+        return max(seen) if seen else 0.0
+
+    def _check_budget(self, steps: int) -> None:
+        max_fits, max_seconds = self.settings.max_fits, self.settings.max_train_seconds
+        if max_fits is not None and len(self.search_fits) + 1 > max_fits:
+            raise BudgetExhausted(f"{max_fits} fits")
+        if max_seconds is not None and self.spent() + self._estimate(steps) > max_seconds:
+            raise BudgetExhausted(f"{max_seconds:g} {self.settings.unit}")
+
+    def _check_first_fit(self, record: FitRecord) -> None:
+        """After the first (shortest) baseline fit: is a time budget big enough to compare anything?"""
+        s = self.settings
+        checks.check_time_budget(s.max_train_seconds, record, s.run_lengths, len(s.search_seeds), s.unit)
+        checks.warn_small_budget(s.max_train_seconds, record.seconds * sum(s.run_lengths) / s.run_lengths[0],
+                                 len(s.search_seeds), len(s.search_pool), s.unit)
+
+    def _wait(self) -> tuple[int, FitOutcome]:
+        """The next finished fit; the time waited counts as the fits' time, not the search's overhead."""
+        started = time.perf_counter(), time.process_time()
+        done = self.executor.next_done()
+        self.fit_wall_s += time.perf_counter() - started[0]
+        self.fit_cpu_s += time.process_time() - started[1]
+        return done
+
+    def _record(self, config: Config, seed: int, steps: int, phase: str, outcome: FitOutcome) -> FitRecord:
+        """Keep a finished fit: in the cache and in the state file (written after every fit)."""
+        self.trained += 1
+        record = FitRecord(list(config), seed, steps, outcome.quality, outcome.seconds, outcome.cpu_s, outcome.wall_s,
+                           phase, fit_wall_s=outcome.fit_wall_s, error=outcome.error, processes=outcome.processes)
+        self.state.fits.append(record)
+        self.cache[(config, seed, steps)] = record
+        self.state.overhead_s, self.state.overhead_cpu_s = self.overhead()
+        self.state.save()
+        if self.progress is not None and self.executor.concurrent:
+            self.progress.set_postfix_str(f"{self.trained} fits trained, latest {config_name(config)} seed {seed} "
+                                          f"@{steps}", refresh=True)
+        return record
+
+    # --- fits side by side -------------------------------------------------------------------------
+
+    def prefetch(self, wanted: Sequence[tuple[Config, int]], phase: str, goal: Callable[[int], CurveGoal]) -> None:
+        """Train, side by side, the fits the curves ``wanted`` (in the search's order) will ask for.
+
+        Only with a concurrent executor; the search then replays its decisions from the cache, in
+        its own order, so the path does not depend on which fit finished first. A curve's next run
+        length starts only when its shorter ones have not settled it against ``goal(seed)`` (baseline
+        curves have no early stop: all their lengths start at once). A fit the budget certainly
+        cannot reach (counting only fits known to come before it) is not started.
+        """
+        if not self.executor.concurrent:
+            return
+        curves: list[_Pending] = []
+        for config, seed in wanted:
+            if all(c.key != (config, seed) for c in curves):
+                curves.append(_Pending(config, seed, [None] * len(self.settings.run_lengths)))
+        for c in curves:
+            if c.config:
+                c.goal = goal(c.seed)  # from the baseline curve: cached, baselines are prefetched first
+        flying: dict[int, tuple[_Pending, int]] = {}
+        for c in curves:
+            self._launch(c, curves, phase, flying)
+        while flying:
+            ticket, outcome = self._wait()
+            c, i = flying.pop(ticket)
+            c.records[i] = self._record(c.config, c.seed, self.settings.run_lengths[i], phase, outcome)
+            self._launch(c, curves, phase, flying)
+
+    def _launch(self, c: _Pending, curves: list[_Pending], phase: str, flying: dict[int, tuple[_Pending, int]]) -> None:
+        """Start ``c``'s next fits: every length of a baseline curve; for a candidate, the next length
+        once the shorter ones are in and leave its score open."""
+        lengths = self.settings.run_lengths
+        while not c.done:
+            if c.goal is not None:
+                n = c.prefix()
+                if n < len(lengths) and c.records[n] is _FLYING:
+                    return
+                points = [(r.seconds, r.quality) for r in c.records[:n] if not r.error]
+                if n == len(lengths) or c.goal.settled(points) is not None:
+                    c.done = True
+                    return
+                todo = [n]
+            else:
+                todo = [i for i, r in enumerate(c.records) if r is None]
+            for i in todo:
+                cached = self.cache.get((c.config, c.seed, lengths[i]))
+                if cached is not None:
+                    c.records[i] = cached
+                elif phase == "search" and not self._reachable(c, i, curves):
+                    c.done = True
+                    return
+                else:
+                    flying[self.executor.submit(self.settings.task(c.config, c.seed, lengths[i]))] = (c, i)
+                    c.records[i] = _FLYING
+            if c.goal is None or c.records[todo[0]] is _FLYING:
+                return
+
+    def _reachable(self, c: _Pending, index: int, curves: list[_Pending]) -> bool:
+        """Can the budget reach fit ``index`` of ``c``, counting only fits certain to be charged before it?"""
+        max_fits, max_seconds = self.settings.max_fits, self.settings.max_train_seconds
+        before = curves[: next(k for k, d in enumerate(curves) if d is c)]
+        count = len(self.search_fits) + sum(d.known() for d in before) + index + 1
+        if max_fits is not None and count > max_fits:
+            return False
+        if max_seconds is not None:
+            spent = self.spent() + sum(d.seconds() for d in (*before, c))
+            if spent + self._estimate(self.settings.run_lengths[index]) > max_seconds:
+                return False
+        return True
+
+    # --- what the fits cost ------------------------------------------------------------------------
+
+    def used_fits(self) -> list[FitRecord]:
+        """The fits this search's decisions and confirmation used, in the state's order.
+
+        All of the state's fits, except when a state is re-reported with a smaller budget than it
+        was searched with: then the fits past that budget are not part of this result.
+        """
+        used = {id(f) for f in (*self.search_fits, *self.confirm_fits)}
+        return [f for f in self.state.fits if id(f) in used]
+
+    def overhead(self) -> tuple[float, float]:
+        """The search's own time so far, outside the fits, wall and CPU (earlier interrupted calls included)."""
+        return (self.earlier[0] + time.perf_counter() - self.started[0] - self.fit_wall_s,
+                self.earlier[1] + time.process_time() - self.started[1] - self.fit_cpu_s)
+
+    def _tick(self, record: FitRecord) -> None:
+        if self.progress is None:
+            return
+        if record.phase == "search":
+            self.progress.update(1 if self.settings.max_fits is not None else record.seconds)
+        self.progress.set_postfix_str(f"{record.phase} fits {len(self.search_fits)}+{len(self.confirm_fits)}, "
+                                      f"{'+'.join(record.config) or 'baseline'} seed {record.seed} @{record.steps}",
+                                      refresh=True)

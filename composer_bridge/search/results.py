@@ -1,0 +1,106 @@
+"""What a recipe search hands back: one curve's result, the whole search's result, the budget's stop.
+
+Example:
+    >>> CurveResult(("MixUp",), 0, "search", [(1.0, 0.8)], "reached Q", 1.5).speedup
+    1.5
+    >>> config_name(()), config_name(("BlurPool", "MixUp"))
+    ('baseline', 'BlurPool + MixUp')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from composer_bridge.search.candidates import Candidate
+from composer_bridge.search.scoring import SpeedUp
+from composer_bridge.search.trial import FitRecord
+
+__all__ = ["BudgetExhausted", "Config", "CurveResult", "SearchResult", "config_name"]
+
+#: A configuration: candidate labels in the search's candidate order (``()`` is the baseline).
+Config = tuple[str, ...]
+
+
+def config_name(config: Sequence[str]) -> str:
+    """A configuration as a reader sees it: its labels joined by ``" + "``, or ``"baseline"``."""
+    return " + ".join(config) or "baseline"
+
+
+class BudgetExhausted(Exception):
+    """Raised inside the search when the next fit would overrun the budget (the search then stops)."""
+
+
+@dataclass
+class CurveResult:
+    """One configuration on one seed: its points, why it stopped and its strict speed-up."""
+
+    config: Config
+    seed: int
+    phase: str
+    points: list[tuple[float, float]]
+    status: str  #: "reached Q", "never reached Q", "stopped: past the baseline's time to Q", "baseline"
+    speedup: float | None
+
+
+@dataclass(kw_only=True)
+class SearchResult:
+    """What a search found; everything reported comes from the confirmation seeds.
+
+    Attributes:
+        recipe: the chosen candidates (empty: the search found nothing better than the baseline).
+        confirmed: the recipe's strict speed-up on the confirmation seeds (``None`` if ``recipe`` is empty).
+        beats_baseline: ``True`` when the confirmed mean speed-up (failures 0x) is above 1.
+        search_score: the recipe's mean speed-up on the search seeds (biased upwards: it was chosen on them).
+        also_confirmed: ``{name: SpeedUp}`` for the ``also_confirm`` recipes, same seeds.
+        fits: every fit this result rests on, search and confirmation (the trial table).
+        curves: every configuration-seed curve and its score.
+        steps: what each greedy step tried and decided, in words.
+        cost: training time and fits of the search and of the confirmation, the budget, the
+            search's cost in baseline-run equivalents and its own overhead.
+    """
+
+    recipe: list[Candidate]
+    confirmed: SpeedUp | None
+    beats_baseline: bool
+    search_score: float | None
+    also_confirmed: dict[str, SpeedUp]
+    fits: list[FitRecord]
+    curves: list[CurveResult]
+    steps: list[str]
+    cost: dict[str, Any]
+    settings: dict[str, Any]
+    candidates: list[Candidate] = field(default_factory=list)
+    stopped_by_budget: bool = False
+
+    def summary(self) -> str:
+        """A few lines for the terminal: the verdict, the recipe and the confirmed speed-up, the cost."""
+        from composer_bridge.search.report import summary
+
+        return summary(self)
+
+    def python_code(self, total_steps: int | None = None) -> str:
+        """The recipe as Python code (:func:`composer_bridge.search.report.python_code`)."""
+        from composer_bridge.search.report import python_code
+
+        return python_code(self, total_steps)
+
+    def yaml_fragment(self, total_steps: int | None = None) -> str:
+        """The recipe as a LightningCLI ``trainer.callbacks`` fragment."""
+        from composer_bridge.search.report import yaml_fragment
+
+        return yaml_fragment(self, total_steps)
+
+    def table(self) -> str:
+        """Every fit as a Markdown table."""
+        from composer_bridge.search.report import fits_table
+
+        return fits_table(self)
+
+    def write(self, out_dir: str | Path, wandb: bool | str = "auto") -> dict[str, Path]:
+        """Write the summary, code, YAML, tables and the Pareto PNG into ``out_dir`` (and W&B offline)."""
+        from composer_bridge.search.report import write_outputs
+
+        return write_outputs(self, Path(out_dir), wandb=wandb)

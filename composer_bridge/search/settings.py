@@ -1,0 +1,71 @@
+"""The settings of one recipe search, checked and frozen: what every part of the search reads.
+
+:func:`composer_bridge.search.search_recipe` checks its arguments and builds one
+:class:`SearchSettings`; the fit scheduler and the greedy search read it and never change it.
+
+Example:
+    >>> from composer_bridge.search.candidates import Candidate
+    >>> settings = SearchSettings(make_module=None, make_data=None, monitor="val/acc", higher=True,
+    ...                           candidates=(Candidate("MixUp"), Candidate("BlurPool")),
+    ...                           search_pool=("MixUp", "BlurPool"), run_lengths=(50, 100), search_seeds=(0,),
+    ...                           confirm_seeds=(10,), clock="steps", max_fits=20)
+    >>> settings.config(["BlurPool", "MixUp"]), settings.unit
+    (('MixUp', 'BlurPool'), 'steps')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from composer_bridge.search.candidates import Candidate
+from composer_bridge.search.executor import FitTask
+
+__all__ = ["SearchSettings"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchSettings:
+    """One search's checked settings (the arguments of :func:`~composer_bridge.search.search_recipe`).
+
+    Attributes:
+        candidates: every candidate a fit may use: the search's own and the parts of the recipes to
+            confirm beside it; their order is the order of a configuration's labels.
+        search_pool: the labels the greedy steps may add (those that apply to this model).
+        higher: ``True`` when a higher ``monitor`` is better (``mode="max"``).
+    """
+
+    make_module: Callable[..., Any]
+    make_data: Callable[..., Any]
+    monitor: str
+    higher: bool
+    candidates: tuple[Candidate, ...]
+    search_pool: tuple[str, ...]
+    run_lengths: tuple[int, ...]
+    search_seeds: tuple[int, ...]
+    confirm_seeds: tuple[int, ...]
+    clock: str
+    trainer_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    max_fits: int | None = None
+    max_train_seconds: float | None = None
+    min_gain: float = 0.02
+
+    @property
+    def unit(self) -> str:
+        """The unit of the clock's training time: ``"steps"`` or ``"s"``."""
+        return "steps" if self.clock == "steps" else "s"
+
+    def candidate(self, label: str) -> Candidate:
+        """The candidate with this label."""
+        return next(c for c in self.candidates if c.label == label)
+
+    def config(self, labels: Iterable[str]) -> tuple[str, ...]:
+        """The configuration of these labels: in candidate order, so one set of labels has one key."""
+        order = [c.label for c in self.candidates]
+        return tuple(sorted(labels, key=order.index))
+
+    def task(self, config: tuple[str, ...], seed: int, steps: int) -> FitTask:
+        """The fit of ``config`` on ``seed`` for ``steps`` optimizer steps."""
+        return FitTask(self.make_module, self.make_data, [self.candidate(label) for label in config], steps, seed,
+                       self.monitor, self.clock, dict(self.trainer_kwargs))
