@@ -489,7 +489,8 @@ def run_all(plan: Plan, started: float) -> tuple[list[pareto.Run], bool]:
     return runs, False
 
 
-def _quiet() -> None:
+def quiet() -> None:
+    """Lightning's and the libraries' warnings and info lines off: the script prints what it measures."""
     os.environ.setdefault("WANDB_SILENT", "true")
     warnings.filterwarnings("ignore")
     for name in ("lightning.pytorch", "lightning.fabric", "lightning"):
@@ -550,7 +551,7 @@ def main(argv: list[str] | None = None) -> int:
         plan = plan_from(args)
     except ValueError as error:  # SearchInputError too: unknown algorithm names, wrong arguments
         p.error(str(error))
-    _quiet()
+    quiet()
     if args.dry_run:
         torch.set_num_threads(1)  # a shared core in the test suite
     machine = {**gpu_campaign.machine(), "cpus": os.cpu_count(),
