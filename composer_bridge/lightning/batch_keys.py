@@ -29,6 +29,9 @@ import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import torch
+
+from composer_bridge.core.algorithm import Algorithm
 from composer_bridge.lightning.errors import BridgeConfigurationError
 
 __all__ = ["KEY_ARGUMENTS", "give_declared_keys"]
@@ -37,7 +40,7 @@ __all__ = ["KEY_ARGUMENTS", "give_declared_keys"]
 KEY_ARGUMENTS = ("input_key", "target_key")
 
 
-def _defaults(algorithm: Any) -> dict[str, Any]:
+def _defaults(algorithm: Algorithm) -> dict[str, Any]:
     try:
         parameters = inspect.signature(type(algorithm).__init__).parameters
     except (TypeError, ValueError):
@@ -45,7 +48,7 @@ def _defaults(algorithm: Any) -> dict[str, Any]:
     return {name: p.default for name, p in parameters.items() if p.default is not p.empty}
 
 
-def give_declared_keys(algorithms: Sequence[Any], module: Any) -> None:
+def give_declared_keys(algorithms: Sequence[Algorithm], module: torch.nn.Module) -> None:
     """Set each algorithm's default ``input_key``/``target_key`` to the one ``module.batch_keys`` declares."""
     declared = getattr(module, "batch_keys", None)
     if declared is None:

@@ -35,6 +35,7 @@ from composer_bridge.core.state import State
 from composer_bridge.lightning import _compat
 from composer_bridge.lightning.package import CALLBACK_BASES
 from composer_bridge.lightning.run import BridgeRun
+from composer_bridge.lightning.run_settings import RunSettings, check_engine_callbacks
 from composer_bridge.lightning.setup_checks import BridgeConfigurationError
 from composer_bridge.lightning.steps import RENAMED_STEPS, renamed_step
 from composer_bridge.lightning.traces import TraceMode, TraceStore
@@ -114,7 +115,7 @@ class AlgorithmEngineCallback(*CALLBACK_BASES):  # type: ignore[misc]
             )
         self.algorithms: list[Algorithm] = check_algorithms(algorithms if algorithms is not None else [])
         check_unique(self.algorithms)
-        self.engine_callbacks: list[EngineCallback] = _check_engine_callbacks(callbacks)
+        self.engine_callbacks: list[EngineCallback] = check_engine_callbacks(callbacks)
         self.algorithm_passes = normalize_passes(algorithm_passes)
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise TypeError(f"AlgorithmEngineCallback(seed={seed!r}): seed must be an int or None.")
@@ -123,10 +124,9 @@ class AlgorithmEngineCallback(*CALLBACK_BASES):  # type: ignore[misc]
         self.measure_cost = measure_cost
         self._trace_mode = trace_mode
         self._trace_file = trace_file
-        self._run = BridgeRun(self)  # checks trace_mode and trace_file
+        self._run = BridgeRun(self._run_settings())  # checks trace_mode and trace_file
         for name in _UNUSED_STEP_HOOKS + _EVENT_ONLY_STEP_HOOKS:
             self._hide(name)
-
 
     @property
     def add_missing_on_load(self) -> bool:
@@ -180,9 +180,22 @@ class AlgorithmEngineCallback(*CALLBACK_BASES):  # type: ignore[misc]
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._run = BridgeRun(self)
+        self._run = BridgeRun(self._run_settings())
         for name in _EVENT_ONLY_STEP_HOOKS:
             self._hide(name)
+
+    def _run_settings(self) -> RunSettings:
+        """What a new run uses of this callback (the algorithm list itself: a checkpoint may add to it)."""
+        return RunSettings(
+            self.algorithms, self.engine_callbacks, self.algorithm_passes, self.seed, self.measure_cost,
+            self._trace_mode, self._trace_file, self._checkpoint, self.state_key, self._show_step_hooks,
+            self._reopen_epoch,
+        )
+
+    def _reopen_epoch(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """A fit resumed from an epoch's last batch: that epoch ends and the next starts, through the hooks."""
+        self.on_train_epoch_end(trainer, pl_module)
+        self.on_train_epoch_start(trainer, pl_module)
 
     def _hide(self, name: str) -> None:
         """Hide a hook from Lightning, unless a subclass overrides it (its code then runs as written)."""
@@ -216,7 +229,7 @@ class AlgorithmEngineCallback(*CALLBACK_BASES):  # type: ignore[misc]
             log.info("AlgorithmEngineCallback: a new model (%s); the run starts fresh.", type(pl_module).__name__)
             run.remove_hooks()
             self._checkpoint.after_load_due = False  # the previous model's restore
-            self._run = BridgeRun(self)
+            self._run = BridgeRun(self._run_settings())
         self._run.setup(trainer, pl_module, stage)
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -334,21 +347,3 @@ class AlgorithmEngineCallback(*CALLBACK_BASES):  # type: ignore[misc]
 for _old, _new in RENAMED_STEPS.items():
     setattr(AlgorithmEngineCallback, _old, renamed_step(_old, _new))
 
-
-def _check_engine_callbacks(callbacks: Any) -> list[EngineCallback]:
-    if callbacks is None:
-        return []
-    items = [callbacks] if isinstance(callbacks, EngineCallback) else callbacks
-    if not isinstance(items, (list, tuple)):
-        raise TypeError(f"callbacks must be a list of composer_bridge.Callback, got {type(callbacks).__name__}.")
-    for i, callback in enumerate(items):
-        if isinstance(callback, CALLBACK_BASES):
-            raise TypeError(
-                f"callbacks[{i}] = {callback!r} is a Lightning callback; pass it to lightning.Trainer(callbacks=[...]). "
-                "AlgorithmEngineCallback(callbacks=...) takes engine-side composer_bridge.Callback objects."
-            )
-        if not isinstance(callback, EngineCallback):
-            raise TypeError(
-                f"callbacks[{i}] = {callback!r} ({type(callback).__name__}) is not a composer_bridge.Callback."
-            )
-    return list(items)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -35,6 +35,9 @@ import torchmetrics
 
 from composer_bridge.core.batch import BatchKey, get_batch_item
 from composer_bridge.lightning.package import LIGHTNING
+
+if TYPE_CHECKING:
+    from composer_bridge.lightning.steps import ModuleSteps
 
 __all__ = [
     "ComposerClassifier",
@@ -76,11 +79,11 @@ class ComposerModuleMixin:
         """Called after every validation/test batch with ``prefix`` ``"val"`` or ``"test"``."""
         self.log(f"{prefix}/loss", self.loss(outputs, batch).detach(), prog_bar=True, batch_size=_batch_size(batch))
 
-    # --- steps (the bridge supplies event-firing versions while it is attached) ----------------
+    # --- steps (the run in progress supplies event-firing versions while it is attached) ------
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        bridge = _bridge_of(self)
-        if bridge is not None:
-            batch, outputs, loss = bridge.train_step(self, batch)
+        run = _run_of(self)
+        if run is not None:
+            batch, outputs, loss = run.train_step(self, batch)
         else:
             outputs = self(batch)
             loss = self.loss(outputs, batch)
@@ -88,8 +91,8 @@ class ComposerModuleMixin:
         return loss
 
     def _evaluate(self, batch: Any, prefix: str) -> Any:
-        bridge = _bridge_of(self)
-        outputs = bridge.eval_forward(self, batch) if bridge is not None else self.eval_forward(batch)
+        run = _run_of(self)
+        outputs = run.eval_forward(self, batch) if run is not None else self.eval_forward(batch)
         self.update_eval_metrics(outputs, batch, prefix)
         return outputs
 
@@ -100,8 +103,8 @@ class ComposerModuleMixin:
         return self._evaluate(batch, "test")
 
     def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> Any:
-        bridge = _bridge_of(self)
-        return bridge.predict_forward(self, batch) if bridge is not None else self.eval_forward(batch)
+        run = _run_of(self)
+        return run.predict_forward(self, batch) if run is not None else self.eval_forward(batch)
 
 
 class ComposerModule(ComposerModuleMixin, LIGHTNING.LightningModule):  # type: ignore[misc]
@@ -128,22 +131,22 @@ class ComposerModule(ComposerModuleMixin, LIGHTNING.LightningModule):  # type: i
     """
 
 
-def _bridge_of(module: torch.nn.Module) -> Any:
-    ref: Callable[[], Any] | None = module.__dict__.get("_composer_bridge")
+def _run_of(module: torch.nn.Module) -> ModuleSteps | None:
+    ref: Callable[[], ModuleSteps | None] | None = module.__dict__.get("_composer_bridge")
     return ref() if ref is not None else None
 
 
-def attach_bridge(module: torch.nn.Module, bridge: Any) -> None:
-    """Let ``module``'s steps call ``bridge``'s step API (:class:`~composer_bridge.lightning.steps.ModuleSteps`).
+def attach_run(module: torch.nn.Module, run: ModuleSteps) -> None:
+    """Let ``module``'s steps call the run's step API (:class:`~composer_bridge.lightning.steps.ModuleSteps`).
 
     Held weakly: copies of the module stay small, and a run the callback dropped leaves the module
     training as a plain LightningModule.
     """
-    module.__dict__["_composer_bridge"] = weakref.ref(bridge)
+    module.__dict__["_composer_bridge"] = weakref.ref(run)
 
 
-def detach_bridge(module: torch.nn.Module) -> None:
-    """Undo :func:`attach_bridge`."""
+def detach_run(module: torch.nn.Module) -> None:
+    """Undo :func:`attach_run`."""
     module.__dict__.pop("_composer_bridge", None)
 
 

@@ -30,6 +30,8 @@ from composer_bridge.lightning.plain_loss import PlainLossStep
 if TYPE_CHECKING:
     import lightning as L
 
+    from composer_bridge.lightning.steps import ModuleSteps
+
 __all__ = ["ModuleHooks"]
 
 #: plain modules: the step methods whose forward pass the bridge brackets with their events
@@ -39,7 +41,7 @@ _EVAL_STEPS = ("validation_step", "test_step", "predict_step")
 class ModuleHooks:
     """Install and remove the bridge's instance-level hooks on one module (and its DataModule).
 
-    ``bridge`` is the run in progress, through its module-facing step API
+    ``run`` is the run in progress, through its module-facing step API
     (:class:`~composer_bridge.lightning.steps.ModuleSteps`): the hooks call its ``fire_event``,
     ``before_checkpoint_load`` and ``after_batch_transfer`` and read its ``listening`` and ``state``.
 
@@ -47,10 +49,11 @@ class ModuleHooks:
         >>> import torch
         >>> from composer_bridge import ComposerClassifier
         >>> module = ComposerClassifier(torch.nn.Linear(2, 2), num_classes=2)
-        >>> class Bridge:
-        ...     listening = False
+        >>> from composer_bridge.lightning.steps import ModuleSteps
+        >>> class Run(ModuleSteps):  # nothing listens: only the checkpoint hook is installed
+        ...     state, listening = None, False
         ...     def before_checkpoint_load(self, checkpoint): pass
-        >>> hooks = ModuleHooks(module, Bridge())
+        >>> hooks = ModuleHooks(module, Run())
         >>> "on_load_checkpoint" in vars(module)
         True
         >>> hooks.remove()
@@ -58,9 +61,9 @@ class ModuleHooks:
         False
     """
 
-    def __init__(self, module: L.LightningModule, bridge: Any) -> None:
+    def __init__(self, module: L.LightningModule, run: ModuleSteps) -> None:
         self.module = module
-        self._bridge = bridge
+        self._run = run
         self._patches = ModulePatches(module)
         self._data_patches: list[ModulePatches] = []
         self.events_installed = False
@@ -68,7 +71,7 @@ class ModuleHooks:
         on_load = self._patches.original("on_load_checkpoint")
 
         def on_load_checkpoint(checkpoint: dict[str, Any]) -> Any:
-            bridge.before_checkpoint_load(checkpoint)
+            run.before_checkpoint_load(checkpoint)
             return on_load(checkpoint)
 
         self._patches.set("on_load_checkpoint", on_load_checkpoint)
@@ -85,7 +88,7 @@ class ModuleHooks:
             self._install_plain_steps()
 
     def _install_data_hooks(self, trainer: L.Trainer) -> None:
-        bridge = self._bridge
+        run = self._run
         datamodule = trainer.datamodule
         owners = {hook: _compat.data_hook_owner(hook, self.module, datamodule) for hook in _compat.BATCH_TRANSFER_HOOKS}
         patches = {id(self.module): self._patches}
@@ -101,25 +104,25 @@ class ModuleHooks:
         (before_dataloader,) = HOOK_EVENTS["on_before_batch_transfer"]
 
         def on_before_batch_transfer(batch: Any, dataloader_idx: int) -> Any:
-            if bridge.listening and _compat.is_training(trainer):
-                bridge.fire_event(before_dataloader)
+            if run.listening and _compat.is_training(trainer):
+                run.fire_event(before_dataloader)
             return before_transfer(batch, dataloader_idx)
 
         def on_after_batch_transfer(batch: Any, dataloader_idx: int) -> Any:
             batch = after_transfer(batch, dataloader_idx)
             if not _compat.is_training(trainer):
                 return batch
-            return bridge.after_batch_transfer(batch)
+            return run.after_batch_transfer(batch)
 
         before_patches.set("on_before_batch_transfer", on_before_batch_transfer)
         after_patches.set("on_after_batch_transfer", on_after_batch_transfer)
 
     def _install_backward(self) -> None:
-        bridge = self._bridge
+        run = self._run
         backward = self._patches.original("backward")
 
         def backward_hook(loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
-            state = bridge.state
+            state = run.state
             if state is not None:
                 for algorithm in state.algorithms:  # a plain loop: this runs every step
                     if algorithm.backwards_create_graph:
@@ -132,18 +135,18 @@ class ModuleHooks:
     def _install_plain_steps(self) -> None:
         """A plain module gets BEFORE_BACKWARD after its training_step (all loss events when an algorithm
         needs them, see :mod:`~composer_bridge.lightning.plain_loss`), and eval/predict forward events."""
-        bridge = self._bridge
+        run = self._run
         training_step = self._patches.original("training_step")
-        if bridge.state is not None and declaring(bridge.state.algorithms, "needs_loss_events"):
-            self._plain_loss = plain = PlainLossStep(self.module, bridge, training_step)
+        if run.state is not None and declaring(run.state.algorithms, "needs_loss_events"):
+            self._plain_loss = plain = PlainLossStep(self.module, run, training_step)
             self._patches.set("training_step", plain.step)
         else:
-            self._patches.set("training_step", _before_backward(training_step, bridge))
+            self._patches.set("training_step", _before_backward(training_step, run))
         is_overridden = package_of(self.module).is_overridden  # the module's package: either refuses the other's
         for name in _EVAL_STEPS:
             if is_overridden(name, self.module):
                 before, after = HOOK_EVENTS[name]
-                self._patches.set(name, _bracket(self._patches.original(name), bridge, before, after))
+                self._patches.set(name, _bracket(self._patches.original(name), run, before, after))
 
     def loss_record(self) -> dict[str, Any] | None:
         """The loss a plain module's ``training_step`` was seen to compute (see :meth:`PlainLossStep.record`)."""
@@ -166,17 +169,17 @@ class ModuleHooks:
         self.events_installed = False
 
 
-def _before_backward(training_step: Callable[..., Any], bridge: Any) -> Callable[..., Any]:
+def _before_backward(training_step: Callable[..., Any], run: ModuleSteps) -> Callable[..., Any]:
     (before_backward,) = HOOK_EVENTS["training_step[plain]"]
 
     def wrapped_training_step(*args: Any, **kwargs: Any) -> Any:
         output = training_step(*args, **kwargs)
         loss = output.get("loss") if isinstance(output, dict) else output
-        state = bridge.state
+        state = run.state
         if not isinstance(loss, torch.Tensor) or state is None:
             return output
         state.outputs, state.loss = output, loss
-        bridge.fire_event(before_backward)
+        run.fire_event(before_backward)
         if state.loss is loss:
             return output
         if isinstance(output, dict):
@@ -186,13 +189,13 @@ def _before_backward(training_step: Callable[..., Any], bridge: Any) -> Callable
     return wrapped_training_step
 
 
-def _bracket(step: Callable[..., Any], bridge: Any, before: Event, after: Event) -> Callable[..., Any]:
+def _bracket(step: Callable[..., Any], run: ModuleSteps, before: Event, after: Event) -> Callable[..., Any]:
     def wrapped(batch: Any, *args: Any, **kwargs: Any) -> Any:
-        state = bridge.state
+        state = run.state
         state.batch = batch
-        bridge.fire_event(before)
+        run.fire_event(before)
         state.outputs = step(state.batch, *args, **kwargs)
-        bridge.fire_event(after)
+        run.fire_event(after)
         return state.outputs
 
     return wrapped

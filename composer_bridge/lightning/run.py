@@ -1,7 +1,8 @@
 """One model's run inside the bridge: everything that belongs to it, built in one place and dropped in one place.
 
 :class:`~composer_bridge.AlgorithmEngineCallback` holds its configuration (algorithms, passes,
-seed, trace settings) and one :class:`BridgeRun`. The run holds what a training run accumulates:
+seed, trace settings) and one :class:`BridgeRun`, which it gives that configuration as a
+:class:`~composer_bridge.lightning.run_settings.RunSettings`. The run holds what a training run accumulates:
 the :class:`~composer_bridge.State`, the :class:`~composer_bridge.Engine` and its logger, the
 :class:`~composer_bridge.training.step_clock.StepClock`, the hooks installed on the module
 (:class:`~composer_bridge.lightning.module_hooks.ModuleHooks`), the traces
@@ -16,10 +17,9 @@ makes during a step are the :class:`~composer_bridge.lightning.steps.ModuleSteps
 the run implements.
 
 Example:
-    >>> from composer_bridge import AlgorithmEngineCallback
     >>> from composer_bridge.algorithms import LabelSmoothing
-    >>> callback = AlgorithmEngineCallback([LabelSmoothing(0.1)])
-    >>> run = BridgeRun(callback)
+    >>> from composer_bridge.lightning.run_settings import RunSettings
+    >>> run = BridgeRun(RunSettings(algorithms=[LabelSmoothing(0.1)]))
     >>> run.state is None, run.listening, run.cost
     (True, False, {})
 """
@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 import os
 import warnings
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -36,16 +37,18 @@ import torch
 from composer_bridge.core.engine import Engine
 from composer_bridge.core.event import Event
 from composer_bridge.core.logger import Logger
+from composer_bridge.core.passes import AlgorithmPass
 from composer_bridge.core.state import State
 from composer_bridge.core.time import Time, Timestamp, TimeUnit
 from composer_bridge.lightning import _compat
 from composer_bridge.lightning.batch_keys import give_declared_keys
 from composer_bridge.lightning.hook_map import HOOK_EVENTS
-from composer_bridge.lightning.module import ComposerModuleMixin, _batch_size, attach_bridge, detach_bridge
+from composer_bridge.lightning.module import ComposerModuleMixin, _batch_size, attach_run, detach_run
 from composer_bridge.lightning.module_hooks import ModuleHooks
 from composer_bridge.lightning.optimizers import hand_over
 from composer_bridge.lightning.package import package_of
 from composer_bridge.lightning.plain_loss import CHECKPOINT_KEY as PLAIN_LOSS_KEY
+from composer_bridge.lightning.run_settings import RunSettings
 from composer_bridge.lightning.setup_checks import check_module, check_one_package, check_trainer
 from composer_bridge.lightning.steps import ModuleSteps
 from composer_bridge.lightning.traces import TraceReporting
@@ -69,12 +72,12 @@ class BridgeRun(ModuleSteps):
     """The run in progress for one model: state, engine, logger, step clock, module hooks, traces, cost, conflicts.
 
     Args:
-        bridge: the :class:`~composer_bridge.AlgorithmEngineCallback` whose configuration the run
-            uses (its algorithms, engine callbacks, passes, seed, trace settings, checkpoint rules).
+        settings: what the run uses of the :class:`~composer_bridge.AlgorithmEngineCallback` that
+            starts it (its algorithms, engine callbacks, passes, seed, trace settings, checkpoint rules).
     """
 
-    def __init__(self, bridge: Any) -> None:
-        self.bridge = bridge
+    def __init__(self, settings: RunSettings) -> None:
+        self.settings = settings
         #: the run's state, built at the first ``setup``
         self.state: State | None = None
         #: the engine (a new one after a ``teardown`` closed the previous one)
@@ -87,14 +90,14 @@ class BridgeRun(ModuleSteps):
         self.hooks: ModuleHooks | None = None
         #: the loss a plain module's training_step computed, kept after teardown for checkpoints saved then
         self._loss_record: dict[str, Any] | None = None
-        self.reporting = TraceReporting(bridge._trace_mode, bridge._trace_file)
+        self.reporting = TraceReporting(settings.trace_mode, settings.trace_file)
         self._cost: dict[str, list[float]] = {}  # kept across the engines of this run (see cost)
         #: known conflicts with the Trainer found at setup, listed by ``plan()``
         self.conflicts: list[str] = []
         self.listening = False
         self.initialized = False  # INIT ran for this model
-        self._global_step: Any = lambda: 0  # reads Lightning's global_step (set at on_train_start)
-        self._fire_event: Any = _not_set_up
+        self._global_step: Callable[[], int] = lambda: 0  # reads Lightning's global_step (set at on_train_start)
+        self._fire_event: Callable[[Event], Any] = _not_set_up
 
     @property
     def model(self) -> torch.nn.Module | None:
@@ -142,7 +145,7 @@ class BridgeRun(ModuleSteps):
             _configure_ddp(state, trainer)
         if self.hooks is None:
             self.hooks = ModuleHooks(pl_module, self)
-        attach_bridge(pl_module, self)
+        attach_run(pl_module, self)
         self.refresh_listening()
         if not self.initialized:
             self.initialized = True
@@ -153,7 +156,7 @@ class BridgeRun(ModuleSteps):
     # checkpoints (the callback's state_dict / load_state_dict; the entry is BridgeCheckpoint's)
     # ------------------------------------------------------------------------------------------
     def checkpoint_entry(self, version: str) -> dict[str, Any]:
-        checkpoint = self.bridge._checkpoint
+        checkpoint = self.settings.checkpoint
         if self.state is None:
             return dict(checkpoint.deferred or {})
         checkpoint.warn_if_step_open(self.step_open())
@@ -176,7 +179,7 @@ class BridgeRun(ModuleSteps):
             self.hooks.load_loss_record(checkpoint)
 
     def restore(self, state_dict: dict[str, Any]) -> None:
-        checkpoint = self.bridge._checkpoint
+        checkpoint = self.settings.checkpoint
         self._restored = True
         # Lightning restores callbacks before setup (ahead of validate/test/predict) and after
         # teardown (its HPC restore): the first is kept for setup, the second fires AFTER_LOAD there.
@@ -191,7 +194,7 @@ class BridgeRun(ModuleSteps):
 
     def _load_deferred(self) -> None:
         """Apply a checkpoint entry restored before setup, or fire the AFTER_LOAD a restore after teardown left due."""
-        checkpoint = self.bridge._checkpoint
+        checkpoint = self.settings.checkpoint
         raw = checkpoint.take_deferred()
         if raw is not None:
             checkpoint.load(self.state, raw)
@@ -201,18 +204,18 @@ class BridgeRun(ModuleSteps):
 
     def _start(self, pl_module: L.LightningModule) -> None:
         """The first setup: the state; algorithms that served another run start fresh."""
-        bridge = self.bridge
+        settings = self.settings
         run = algorithm_runs.new_run_id()
-        for algorithm in bridge.algorithms:
+        for algorithm in settings.algorithms:
             if algorithm_runs.bind(algorithm, run):
                 log.info("%s served another run: it starts fresh for %s.", type(algorithm).__name__, type(pl_module).__name__)
-        self.state = State(pl_module, algorithms=bridge.algorithms, callbacks=bridge.engine_callbacks)
-        self.state.seed = bridge.seed if bridge.seed is not None else _default_seed()
+        self.state = State(pl_module, algorithms=settings.algorithms, callbacks=settings.engine_callbacks)
+        self.state.seed = settings.seed if settings.seed is not None else _default_seed()
         self.clock = StepClock(self.state)
 
     def _new_engine(self) -> Engine:
         assert self.state is not None
-        engine = Engine(self.state, self.logger, self.bridge.algorithm_passes, measure_cost=self.bridge.measure_cost)
+        engine = Engine(self.state, self.logger, self.settings.algorithm_passes, measure_cost=self.settings.measure_cost)
         engine.cost = self._cost
         engine.on_handler_added = self.refresh_listening
         return engine
@@ -231,7 +234,7 @@ class BridgeRun(ModuleSteps):
             self.hooks.install_events(self.trainer)
         if listening is not self.listening:
             self.listening = listening
-            self.bridge._show_step_hooks(listening)
+            self.settings.show_step_hooks(listening)
             if listening and self.state is not None:  # an idle bridge leaves the logger's step behind
                 self.logger.step = self.current_step()
 
@@ -242,17 +245,17 @@ class BridgeRun(ModuleSteps):
         state = self.state
         assert state is not None
         self.fire_hook("on_load_checkpoint")
-        bridge = self.bridge
-        raw = (checkpoint.get("callbacks") or {}).get(bridge.state_key)
+        settings = self.settings
+        raw = (checkpoint.get("callbacks") or {}).get(settings.state_key)
         strategy = self.trainer.strategy if self.trainer is not None else None
-        rebuilt = bridge._checkpoint.check_fits(
+        rebuilt = settings.checkpoint.check_fits(
             state, raw, "state_dict" in checkpoint, _compat.restores_checkpoint_after_setup(strategy)
         )
         (init,) = HOOK_EVENTS["setup"]  # the re-created algorithm missed the run's INIT: it gets its own
         for algorithm in rebuilt:
             algorithm_runs.bind(algorithm, algorithm_runs.new_run_id())
             state.algorithms = [*state.algorithms, algorithm]
-            bridge.algorithms = state.algorithms
+            settings.algorithms.append(algorithm)  # the callback's list: its next run has the algorithm too
             if algorithm.match(init, state):
                 algorithm.apply(init, state, self.logger)
 
@@ -281,8 +284,11 @@ class BridgeRun(ModuleSteps):
         if state.timestamp.batch.value == 0 and state.timestamp.epoch.value == 0:
             self.fire_hook("on_train_start")
         if self.clock.epoch_left_open(state, trainer.current_epoch):  # resumed from an epoch's last batch
-            self.bridge.on_train_epoch_end(trainer, pl_module)
-            self.bridge.on_train_epoch_start(trainer, pl_module)
+            if self.settings.reopen_epoch is not None:  # through the callback's hooks (a subclass may extend them)
+                self.settings.reopen_epoch(trainer, pl_module)
+            else:
+                self.train_epoch_end(trainer)
+                self.train_epoch_start(trainer)
         # a resumed fit should start where the restored timestamp is; Lightning may start elsewhere (#19403).
         # Under manual optimization a batch may be several steps: no batch-to-step position to compare.
         if self._restored and self._global_step() > 0 and pl_module.automatic_optimization:
@@ -420,34 +426,34 @@ class BridgeRun(ModuleSteps):
         """Remove the hooks on the module and stop listening (a later setup installs them again)."""
         if self.hooks is not None:
             self._loss_record = self._current_loss_record()
-            detach_bridge(self.hooks.module)
+            detach_run(self.hooks.module)
             self.hooks.remove()
             self.hooks = None
         if self.listening:
             self.listening = False
-            self.bridge._show_step_hooks(False)
+            self.settings.show_step_hooks(False)
 
     # ------------------------------------------------------------------------------------------
     # what ran, in which order, at what cost
     # ------------------------------------------------------------------------------------------
     def plan(self) -> Plan:
-        algorithms = self.state.algorithms if self.state is not None else self.bridge.algorithms
+        algorithms = self.state.algorithms if self.state is not None else self.settings.algorithms
         plan = make_plan(algorithms, self._passes(), self.state, self.reporting.store.stats)
         plan.warnings.extend(w for w in self.conflicts if w not in plan.warnings)
         return plan
 
     def cost_report(self) -> CostReport:
         train = self.state.timestamp.total_wct.total_seconds() if self.state is not None else None
-        note = "" if self.bridge.measure_cost else "Cost measurement is off: create the callback with measure_cost=True."
+        note = "" if self.settings.measure_cost else "Cost measurement is off: create the callback with measure_cost=True."
         return build_cost_report(self.cost, train_seconds=train, note=note)
 
-    def _passes(self) -> list[Any]:
+    def _passes(self) -> list[AlgorithmPass]:
         if self.engine is not None:
             return self.engine.passes
-        return Engine(State(torch.nn.Module()), algorithm_passes=self.bridge.algorithm_passes).passes
+        return Engine(State(torch.nn.Module()), algorithm_passes=self.settings.algorithm_passes).passes
 
     def _run_config(self) -> dict[str, Any]:
-        algorithms = self.state.algorithms if self.state is not None else self.bridge.algorithms
+        algorithms = self.state.algorithms if self.state is not None else self.settings.algorithms
         return wandb_run_config(algorithms, self._passes(), self.plan().orders)
 
 

@@ -12,7 +12,7 @@ bridge from inside the module instead:
 
 Every event fired here comes from :data:`~composer_bridge.lightning.hook_map.HOOK_EVENTS`. The
 run (:class:`~composer_bridge.lightning.run.BridgeRun`) implements this API; the module holds it
-weakly (:func:`~composer_bridge.lightning.module.attach_bridge`), so a run that is dropped leaves
+weakly (:func:`~composer_bridge.lightning.module.attach_run`), so a run that is dropped leaves
 the module training as a plain LightningModule.
 
 Example:

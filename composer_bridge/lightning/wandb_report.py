@@ -35,8 +35,11 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from composer_bridge.core.algorithm import Algorithm
 from composer_bridge.core.event import Event
+from composer_bridge.core.passes import AlgorithmPass
 from composer_bridge.core.trace import algorithm_labels
+from composer_bridge.core.trace_store import TraceStore
 
 __all__ = [
     "CONFIG_KEY",
@@ -85,12 +88,12 @@ def _json_safe(value: Any) -> Any:
     return repr(value)
 
 
-def _pass_name(algorithm_pass: Any) -> str:
+def _pass_name(algorithm_pass: AlgorithmPass) -> str:
     return getattr(algorithm_pass, "__qualname__", None) or getattr(algorithm_pass, "__name__", None) or repr(algorithm_pass)
 
 
 def wandb_run_config(
-    algorithms: Sequence[Any], passes: Sequence[Any], orders: Mapping[Event, Sequence[str]]
+    algorithms: Sequence[Algorithm], passes: Sequence[AlgorithmPass], orders: Mapping[Event, Sequence[str]]
 ) -> dict[str, Any]:
     """The run config: ``{"algorithms": {name: hparams}, "passes": [...], "algorithm_order": {EVENT: [...]}}``.
 
@@ -131,7 +134,7 @@ def _sorted_keys(keys: Any) -> list[str]:
     return sorted(keys, key=position)
 
 
-def summary_rows(store: Any, cost: Mapping[str, Sequence[float]]) -> list[list[Any]]:
+def summary_rows(store: TraceStore, cost: Mapping[str, Sequence[float]]) -> list[list[Any]]:
     """One row per algorithm and event, in :data:`SUMMARY_COLUMNS` order.
 
     ``times_run`` and the steps come from the trace store; the wall times from the engine's
@@ -154,7 +157,7 @@ def summary_rows(store: Any, cost: Mapping[str, Sequence[float]]) -> list[list[A
     return rows
 
 
-def render_timeline(store: Any, title: str = "Which algorithm ran at which step") -> bytes:
+def render_timeline(store: TraceStore, title: str = "Which algorithm ran at which step") -> bytes:
     """A PNG image: one row per ``Algorithm/EVENT``, one column per step (or per bin of steps).
 
     Uses matplotlib's Agg canvas directly (no ``pyplot``, no global figure state).
@@ -191,7 +194,7 @@ def render_timeline(store: Any, title: str = "Which algorithm ran at which step"
 
 
 def log_wandb_report(
-    trainer: Any, store: Any, cost: Mapping[str, Sequence[float]], step: int, failed: bool = False
+    trainer: Any, store: TraceStore, cost: Mapping[str, Sequence[float]], step: int, failed: bool = False
 ) -> None:
     """Log the summary table, the timeline image and the cost totals to every W&B run (call on rank zero).
 
@@ -201,7 +204,7 @@ def log_wandb_report(
     _log_report(wandb_loggers(trainer), store, cost, step, failed)
 
 
-def _log_report(loggers: list[Any], store: Any, cost: Mapping[str, Sequence[float]], step: int, failed: bool) -> None:
+def _log_report(loggers: list[Any], store: TraceStore, cost: Mapping[str, Sequence[float]], step: int, failed: bool) -> None:
     if not loggers or not (store.stats or cost):
         return
     import wandb
