@@ -147,6 +147,21 @@ def state_file_baseline(seeds: list[int], lengths: list[int], path: Path = STATE
             if f["config"] == [] and f["seed"] in seeds and f["steps"] in lengths and f.get("error") is None}
 
 
+def estimate_minutes(todo: list[tuple[str, int, int]], workers: int, path: Path = STATE_FILE) -> float | None:
+    """Minutes the fits ``todo`` take on ``workers`` cores, at the search's baseline CPU seconds per step.
+
+    From the state file's baseline fits (their mean CPU seconds per step); ``None`` without them.
+    Methods that cost more per step than the baseline take longer.
+    """
+    if not path.exists():
+        return None
+    fits = [f for f in json.loads(path.read_text()).get("fits", []) if f["config"] == [] and f.get("error") is None]
+    if not fits:
+        return None
+    per_step = sum(f["cpu_s"] for f in fits) / sum(f["steps"] for f in fits)
+    return sum(steps for _, _, steps in todo) * per_step / max(1, workers) / 60
+
+
 def report(settings: dict[str, Any], runs: list[pareto.Run], out: Path) -> dict[str, Any]:
     """The strict speed-ups, the table and the PNG of ``runs``, as the demo computes them."""
     task = {**TASK, "budgets": settings["lengths"], "configs": settings["configs"]}
@@ -201,6 +216,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(f"language methods on {machine['cpus']} CPUs, torch {machine['torch']}, commit {machine['commit']}: "
           f"{list(configs)} at {lengths} steps on seeds {seeds}: {len(todo)} fits to run ({len(done)} already in {path})",
           flush=True)
+    minutes = estimate_minutes(todo, 1 if args.dry_run or args.executor == "local" else args.workers)
+    if minutes is not None and todo:
+        print(f"estimate: about {minutes:.0f} min of training (the search's baseline CPU seconds per step; "
+              "a method that costs more per step takes longer, a loaded machine too)", flush=True)
 
     def save() -> dict[str, Any]:
         data = {"machine": machine, "settings": settings, "left_out": left_out, "dry_run": args.dry_run,

@@ -40,6 +40,10 @@ def test_the_defaults_are_the_language_search_near_the_plateau_on_its_unseen_see
     recorded = methods.state_file_baseline(list(methods.UNSEEN_SEEDS), list(methods.PLATEAU_LENGTHS))
     assert len(recorded) == 9  # docs/benchmarks.md: 1.762, 1.776, 1.736 at 8,000 steps
     assert [round(recorded[f"{s}/8000"], 3) for s in methods.UNSEEN_SEEDS] == [1.762, 1.776, 1.736]
+    # the estimate: a baseline curve (2,000 + 4,000 + 8,000 steps) took the search about 183 CPU s
+    baseline = methods.order(["baseline"], list(methods.UNSEEN_SEEDS), list(methods.PLATEAU_LENGTHS))
+    assert 150 < methods.estimate_minutes(baseline, workers=1) * 60 / 3 < 230
+    assert methods.estimate_minutes(baseline, workers=2) == pytest.approx(methods.estimate_minutes(baseline, 1) / 2)
 
 
 def test_every_fit_is_recorded_and_a_configuration_that_cannot_train_is_left_out(dry_run) -> None:
