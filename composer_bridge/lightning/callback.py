@@ -37,7 +37,6 @@ from composer_bridge.lightning.package import CALLBACK_BASES
 from composer_bridge.lightning.run import BridgeRun
 from composer_bridge.lightning.run_settings import RunSettings, check_engine_callbacks
 from composer_bridge.lightning.setup_checks import BridgeConfigurationError
-from composer_bridge.lightning.steps import RENAMED_STEPS, renamed_step
 from composer_bridge.lightning.traces import TraceMode, TraceStore
 from composer_bridge.training.checkpoint_state import BridgeCheckpoint, check_known_algorithms
 from composer_bridge.training.cost_report import CostReport
@@ -58,6 +57,8 @@ _UNUSED_STEP_HOOKS = ("on_before_zero_grad", "on_before_backward")
 _EVENT_ONLY_STEP_HOOKS = ("on_train_batch_start", "on_after_backward", "on_before_optimizer_step")
 # Lightning binds the module's log/log_dict onto every callback: like the run, they are not copied.
 _NOT_COPIED = ("_run", "log", "log_dict")
+
+
 class AlgorithmEngineCallback(*CALLBACK_BASES):  # type: ignore[misc]
     """Run Composer-style algorithms (and engine callbacks) inside a ``lightning.Trainer`` or ``pl.Trainer``.
 
@@ -342,8 +343,3 @@ class AlgorithmEngineCallback(*CALLBACK_BASES):  # type: ignore[misc]
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._run.restore(state_dict)
-
-
-for _old, _new in RENAMED_STEPS.items():
-    setattr(AlgorithmEngineCallback, _old, renamed_step(_old, _new))
-

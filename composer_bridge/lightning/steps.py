@@ -37,7 +37,6 @@ Example:
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -49,7 +48,7 @@ from composer_bridge.lightning.hook_map import HOOK_EVENTS
 from composer_bridge.lightning.module import _batch_size
 from composer_bridge.training.step_clock import StepClock
 
-__all__ = ["RENAMED_STEPS", "ModuleSteps", "renamed_step"]
+__all__ = ["ModuleSteps"]
 
 _TRAIN_STEP_EVENTS = HOOK_EVENTS["training_step"]
 
@@ -130,29 +129,3 @@ class ModuleSteps:
     def before_checkpoint_load(self, checkpoint: dict[str, Any]) -> None:
         """The module's ``on_load_checkpoint``, before the weights load: BEFORE_LOAD, then check the checkpoint fits."""
         raise NotImplementedError
-
-
-#: The step methods the module used to call on the callback (deprecated there), and their names here.
-RENAMED_STEPS = {
-    "composer_train_step": "train_step",
-    "composer_eval_forward": "eval_forward",
-    "composer_predict_forward": "predict_forward",
-    "after_dataloader": "after_batch_transfer",
-    "before_load": "before_checkpoint_load",
-}
-
-
-def renamed_step(old: str, new: str) -> Any:
-    """The callback's deprecated method ``old``: warns, then calls ``new`` on the run in progress."""
-    def step(self: Any, *args: Any) -> Any:
-        warnings.warn(
-            f"AlgorithmEngineCallback.{old} is deprecated: the module's step calls go to the run in progress; "
-            f"call callback.steps.{new}(...) instead.",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return getattr(self._run, new)(*args)
-
-    step.__name__ = old
-    step.__doc__ = f"Deprecated: use ``callback.steps.{new}``."
-    return step

@@ -53,20 +53,21 @@ class CountForward(Algorithm):
         self.forwards += 1
 
 
-class OldStyleModule(ComposerClassifier):
-    """A module written against the callback's former step method (composer_train_step)."""
+class OwnStepModule(ComposerClassifier):
+    """A module whose own training_step calls the run's step API through the callback (callback.steps)."""
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         bridge = next(c for c in self.trainer.callbacks if isinstance(c, AlgorithmEngineCallback))
-        batch, outputs, loss = bridge.composer_train_step(self, batch)
+        batch, outputs, loss = bridge.steps.train_step(self, batch)
         return loss
 
 
-def test_the_callbacks_former_step_methods_still_fire_the_events_and_warn_once_per_call() -> None:
+def test_a_module_calling_callback_steps_fires_the_events_and_the_former_names_are_gone() -> None:
     counter = CountForward()
     template = tiny_classifier()
-    model = OldStyleModule(template.module, num_classes=4, optimizer=lambda p: torch.optim.SGD(p, lr=0.05))
+    model = OwnStepModule(template.module, num_classes=4, optimizer=lambda p: torch.optim.SGD(p, lr=0.05))
     trainer = quiet_trainer(max_steps=2, callbacks=[AlgorithmEngineCallback([counter])])
-    with pytest.warns(DeprecationWarning, match=r"composer_train_step is deprecated.*steps\.train_step"):
-        trainer.fit(model, image_loader(n=32))
+    trainer.fit(model, image_loader(n=32))
     assert counter.forwards == 2
+    former = ("composer_train_step", "composer_eval_forward", "composer_predict_forward", "after_dataloader", "before_load")
+    assert not [name for name in former if hasattr(AlgorithmEngineCallback, name)], "see docs/changelog.md"
