@@ -32,6 +32,7 @@ BAD: dict[str, list[tuple[str, Any]]] = {
     "LowPrecisionLayerNorm": [("apply_at", "sometime")],
     "MixUp": [("alpha", -1), ("alpha", None)],
     "ProgressiveResizing": [("mode", "stretch"), ("initial_scale", 0.0)],
+    "QKNorm": [("eps", 0.0), ("eps", "tiny")],
     "RandAugment": [("severity", -1), ("depth", -1), ("augmentation_set", "most")],
     "SAM": [("rho", -0.1), ("interval", 0)],
     "SWA": [("swa_start", "garbage"), ("anneal_strategy", "zigzag")],
@@ -40,6 +41,7 @@ BAD: dict[str, list[tuple[str, Any]]] = {
     "SqueezeExcite": [("latent_channels", -1), ("min_channels", -5)],
     "StochasticDepth": [("drop_rate", 1.5), ("stochastic_method", "teleport")],
     "WeightStandardization": [("n_last_layers_ignore", -1)],
+    "ZLoss": [("coefficient", -1e-4), ("class_dim", 2)],
 }
 
 CASES = [(name, key, value) for name, bad in sorted(BAD.items()) for key, value in bad if name in library.__all__]

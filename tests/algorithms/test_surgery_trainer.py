@@ -32,6 +32,7 @@ from composer_bridge.algorithms import (
     GyroDropout,
     LowPrecisionGroupNorm,
     LowPrecisionLayerNorm,
+    QKNorm,
     SqueezeExcite,
     StochasticDepth,
     WeightStandardization,
@@ -44,6 +45,7 @@ from composer_bridge.algorithms.ghost_batchnorm import GhostBatchNormWrapper
 from composer_bridge.algorithms.gyro_dropout import GyroDropoutLayer
 from composer_bridge.algorithms.low_precision_groupnorm import LPGroupNorm
 from composer_bridge.algorithms.low_precision_layernorm import LPLayerNorm
+from composer_bridge.algorithms.qk_norm import QKNormProjection
 from composer_bridge.algorithms.squeeze_excite import SqueezeExciteConv2d
 from composer_bridge.algorithms.stochastic_depth import StochasticBlock
 from composer_bridge.models import GPT
@@ -105,6 +107,7 @@ CASES: dict[str, Case] = {
     "Alibi": (lambda: Alibi(max_sequence_length=SEQ, train_sequence_length_scaling=0.5), GPTLanguageModel,
               token_loader, AlibiCausalSelfAttention),
     "GyroDropout": (lambda: GyroDropout(sigma=8, tau=2), dropout_classifier, image_loader, GyroDropoutLayer),
+    "QKNorm": (QKNorm, GPTLanguageModel, token_loader, QKNormProjection),
 }
 
 

@@ -255,3 +255,57 @@ def test_resumed_from_a_checkpoint_it_trains_as_the_uninterrupted_run(tmp_path: 
     assert torch.load(tmp_path / "one.ckpt", weights_only=True)  # plain data: ZLoss keeps no state
     resumed = run(3, tmp_path / "one.ckpt")
     assert_same_weights(weights_of(resumed), weights_of(full))
+
+
+DDP_SCRIPT = """
+import torch, torch.nn.functional as F
+from helpers.support import L, quiet_trainer
+from composer_bridge import AlgorithmEngineCallback
+from composer_bridge.algorithms import ZLoss
+from torch.utils.data import DataLoader, TensorDataset
+
+def network():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Embedding(11, 8), torch.nn.Linear(8, 11))
+
+class Plain(L.LightningModule):
+    def __init__(self, add_z_loss):
+        super().__init__()
+        self.net, self.add_z_loss = network(), add_z_loss
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        logits = self.net(x)
+        loss = F.cross_entropy(logits.view(-1, 11), y.view(-1))
+        if self.add_z_loss:  # by hand: the positions with a target, each rank its own micro-batch
+            loss = loss + 0.05 * (torch.logsumexp(logits, -1) ** 2)[y != -100].mean()
+        return loss
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.5)
+
+g = torch.Generator().manual_seed(0)
+x = torch.randint(0, 11, (32, 6), generator=g)
+y = torch.randint(0, 11, (32, 6), generator=g)
+y[:, :2] = -100
+out = {}
+for name, add, callbacks in (("bridge", False, [AlgorithmEngineCallback([ZLoss(0.05)])]), ("hand", True, []),
+                             ("none", False, [])):
+    model = Plain(add)
+    trainer = quiet_trainer(strategy="ddp", devices=2, max_steps=3, callbacks=callbacks)
+    trainer.fit(model, DataLoader(TensorDataset(x, y), batch_size=4))
+    out[name] = {k: v.detach() for k, v in model.net.state_dict().items()}
+torch.save(out, f"rank{trainer.global_rank}.pt")
+"""
+
+
+@pytest.mark.timeout(300)
+def test_ddp_on_two_processes_equals_the_module_adding_the_z_loss_itself_on_every_rank(tmp_path: Any) -> None:
+    from helpers.support import run_ddp_script
+
+    result = run_ddp_script(DDP_SCRIPT, tmp_path)
+    assert result.returncode == 0, result.stderr[-4000:]
+    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
+    for out in ranks:
+        assert_close_weights(out["bridge"], out["hand"])
+        assert any(not torch.equal(out["none"][k], v) for k, v in out["bridge"].items())
+    for key, value in ranks[0]["bridge"].items():
+        assert torch.equal(value, ranks[1]["bridge"][key]), key

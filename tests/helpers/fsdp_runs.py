@@ -60,12 +60,14 @@ from composer_bridge.algorithms import (
     LowPrecisionLayerNorm,
     MixUp,
     ProgressiveResizing,
+    QKNorm,
     RandAugment,
     SelectiveBackprop,
     SeqLengthWarmup,
     SqueezeExcite,
     StochasticDepth,
     WeightStandardization,
+    ZLoss,
 )
 from composer_bridge.models import GPT, ResNetCNN
 from helpers.support import ResumableLoader, image_dataset
@@ -218,6 +220,7 @@ CASES: dict[str, Case] = {
     "MixUp": (lambda: [MixUp(alpha=0.4)], Classifier, image_loader),
     "CutMix": (lambda: [CutMix(alpha=1.0)], Classifier, image_loader),
     "CutOut": (lambda: [CutOut(length=0.5)], Classifier, image_loader),
+    "ZLoss": (lambda: [ZLoss(coefficient=0.05)], Classifier, image_loader),
     # weights / optimizer / schedule
     "EMA": (lambda: [EMA(half_life="2ba")], Classifier, image_loader),
     "SWA": (lambda: [SWA(swa_start="0.25dur", swa_end="0.75dur", update_interval="1ba")], Classifier, image_loader),
@@ -238,6 +241,7 @@ CASES: dict[str, Case] = {
     "GyroDropout": (lambda: [GyroDropout(sigma=8, tau=2)], lambda: Classifier("dropout"), image_loader),
     "LowPrecisionLayerNorm": (lambda: [LowPrecisionLayerNorm()], LanguageModel, token_loader),
     "Alibi": (lambda: [Alibi(max_sequence_length=SEQ, train_sequence_length_scaling=0.5)], LanguageModel, token_loader),
+    "QKNorm": (lambda: [QKNorm()], LanguageModel, token_loader),
     "SeqLengthWarmup": (lambda: [SeqLengthWarmup(duration=0.5, min_seq_length=4, max_seq_length=SEQ, step_size=4)],
                         LanguageModel, token_loader),
     "ProgressiveResizing": (lambda: [ProgressiveResizing(initial_scale=0.5, delay_fraction=0.0, finetune_fraction=0.0)],

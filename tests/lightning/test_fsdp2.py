@@ -32,9 +32,9 @@ SURGERY = {"BlurPool": "BlurConv2d", "SqueezeExcite": "SqueezeExciteConv2d", "Fa
            "GatedLinearUnits": "GatedFeedForward", "StochasticDepth": "StochasticBlock",
            "GhostBatchNorm": "GhostBatchNormWrapper", "WeightStandardization": "ParametrizationList",
            "LowPrecisionGroupNorm": "LPGroupNorm", "LowPrecisionLayerNorm": "LPLayerNorm",
-           "Alibi": "AlibiCausalSelfAttention", "GyroDropout": "GyroDropoutLayer"}
+           "Alibi": "AlibiCausalSelfAttention", "GyroDropout": "GyroDropoutLayer", "QKNorm": "QKNormProjection"}
 #: batch and loss algorithms on the image classifier (whose training inputs are recorded)
-BATCH_AND_LOSS = ["LabelSmoothing", "MixUp", "CutMix", "CutOut", "SelectiveBackprop", "ProgressiveResizing"]
+BATCH_AND_LOSS = ["LabelSmoothing", "MixUp", "CutMix", "CutOut", "SelectiveBackprop", "ProgressiveResizing", "ZLoss"]
 SEQUENCE = ["SeqLengthWarmup"]  # on the language model
 WEIGHTS = ["EMA", "SWA", "LayerFreezing", "SAM", "GradientClipping-norm", "GradientClipping-value",
            "GradientClipping-adaptive"]

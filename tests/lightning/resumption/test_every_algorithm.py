@@ -61,6 +61,7 @@ TOKENS = (TokenModel, token_loader)
 OVERRIDES: dict[str, tuple[Any, tuple[Any, Any]]] = {
     "GradientClipping": (lambda: library.GradientClipping("adaptive", 0.05), VISION),
     "Alibi": (lambda: library.Alibi(max_sequence_length=SEQ), TOKENS),
+    "QKNorm": (library.QKNorm, TOKENS),
     "GatedLinearUnits": (library.GatedLinearUnits if hasattr(library, "GatedLinearUnits") else None, TOKENS),
     "LowPrecisionLayerNorm": (library.LowPrecisionLayerNorm if hasattr(library, "LowPrecisionLayerNorm") else None, TOKENS),
     "SeqLengthWarmup": (lambda: library.SeqLengthWarmup(duration=0.5, min_seq_length=4, max_seq_length=SEQ,
