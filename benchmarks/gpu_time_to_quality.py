@@ -310,42 +310,37 @@ def assumed_rates(plan: Plan) -> dict[str, Rates]:
 
 
 def measure_rates(plan: Plan) -> tuple[Plan, dict[str, Rates], dict[str, Any]]:
-    """Warm-up fits (not recorded) of every configuration at ``k`` steps, and of the baseline at ``2k`` too.
+    """Warm-up fits (not recorded) of every configuration at ``k`` steps: each one's seconds per step and per fit.
 
-    The baseline's two fits give the seconds per step and per fit; each other configuration's
-    seconds per step is its fit's time less the per-fit seconds, over ``k``. The first fit of each
-    task pays the device's and the libraries' lazy initialisation and is repeated. A configuration
-    whose warm-up fit raises is left out of the returned plan (its error printed and kept in
-    ``plan.dropped``), so one bad configuration does not cost the others their device time.
+    A fit's training time (device synchronised, as the measured runs') over ``k`` is its
+    configuration's seconds per step; the rest of the call (the Trainer's set-up, the validation)
+    is per-fit time, averaged over the task's fits. The first fit of each task pays the device's
+    and the libraries' lazy initialisation and is repeated. A configuration whose warm-up fit
+    raises is left out of the returned plan (its error printed and kept in ``plan.dropped``), so
+    one bad configuration does not cost the others their device time.
     """
     k = plan.warmup_steps
     rates, timings = {}, {}
     dropped = list(plan.dropped)
     for task in plan.tasks:
         train, configs = plan.train(task), plan.configs(task)
-
-        def timed(config: str, steps: int, train: Callable[..., pareto.Fit] = train,
-                  configs: dict[str, Any] = configs) -> float:
+        train("warm-up", configs["baseline"](k), k, 0)  # lazy initialisation
+        steps, outside = {}, []
+        for config, build in configs.items():
             started = time.perf_counter()
-            train("warm-up", configs[config](steps), steps, 0)
-            return time.perf_counter() - started
-
-        timed("baseline", k)  # lazy initialisation
-        t1, t2 = timed("baseline", k), timed("baseline", 2 * k)
-        per_step = max(0.0, (t2 - t1) / k)
-        per_fit = max(0.0, t1 - k * per_step)
-        steps = {"baseline": per_step}
-        for config in configs:
-            if config == "baseline":
-                continue
             try:
-                steps[config] = max(0.0, (timed(config, k) - per_fit) / k)
+                fit = train("warm-up", build(k), k, 0)
             except Exception as error:  # noqa: BLE001 - reported and recorded; the other configurations go on
+                if config == "baseline":
+                    raise
                 message = f"{type(error).__name__}: {error}"
                 print(f"  {task} {config!r} failed in its warm-up fit and is left out: {message}", flush=True)
                 dropped.append((f"{task}/{config}", message))
-        rates[task] = Rates(per_fit, steps)
-        timings[task] = {"warmup_steps": k, "per_fit_s": round(per_fit, 4),
+                continue
+            steps[config] = fit.wall_s / k
+            outside.append(max(0.0, time.perf_counter() - started - fit.wall_s))
+        rates[task] = Rates(sum(outside) / len(outside), steps)
+        timings[task] = {"warmup_steps": k, "per_fit_s": round(rates[task].per_fit_s, 4),
                          "per_step_s": {c: round(s, 5) for c, s in steps.items()}}
     return dataclasses.replace(plan, dropped=tuple(dropped)), rates, timings
 
