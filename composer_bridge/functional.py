@@ -26,6 +26,7 @@ from composer_bridge.algorithms.muon import apply_muon, muon_parameters
 from composer_bridge.algorithms.progressive_resizing import resize_batch
 from composer_bridge.algorithms.qk_norm import apply_qk_norm
 from composer_bridge.algorithms.randaugment import randaugment_image
+from composer_bridge.algorithms.schedule_free import schedule_free_counterpart
 from composer_bridge.algorithms.selective_backprop import select_using_loss, should_selective_backprop
 from composer_bridge.algorithms.seq_length_warmup import set_batch_sequence_length
 from composer_bridge.algorithms.squeeze_excite import apply_squeeze_excite
@@ -62,6 +63,7 @@ __all__: list[str] = [
     "muon_parameters",
     "randaugment_image",
     "resize_batch",
+    "schedule_free_counterpart",
     "select_using_loss",
     "set_batch_sequence_length",
     "should_selective_backprop",

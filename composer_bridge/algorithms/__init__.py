@@ -40,6 +40,7 @@ from composer_bridge.algorithms.qk_norm import QKNorm
 from composer_bridge.algorithms.randaugment import RandAugment
 from composer_bridge.algorithms.randaugment import RandAugmentTransform as RandAugmentTransform
 from composer_bridge.algorithms.sam import SAM
+from composer_bridge.algorithms.schedule_free import ScheduleFree
 from composer_bridge.algorithms.selective_backprop import SelectiveBackprop
 from composer_bridge.algorithms.seq_length_warmup import SeqLengthWarmup
 from composer_bridge.algorithms.squeeze_excite import SqueezeExcite
@@ -76,6 +77,7 @@ __all__: list[str] = [
     "RandAugment",
     "SAM",
     "SWA",
+    "ScheduleFree",
     "SelectiveBackprop",
     "SeqLengthWarmup",
     "SqueezeExcite",

@@ -7,11 +7,8 @@ Example:
     >>> import torch
     >>> model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 8),
     ...                             torch.nn.ReLU(), torch.nn.Linear(8, 2))
-    >>> [name for name, _ in muon_parameters(model)]
+    >>> [name for name, _ in muon_parameters(model)]  # the output layer (4) stays with the user's optimizer
     ['0.weight', '2.weight']
-    >>> optimizer = apply_muon(model, torch.optim.AdamW(model.parameters(), lr=1e-3), lr=0.02)
-    >>> [len(group["params"]) for group in optimizer.param_groups]  # AdamW: biases, head; Muon: 2 matrices
-    [4, 2]
 """
 
 from __future__ import annotations
