@@ -61,6 +61,9 @@ On the GPU, after the campaign (two commands: each fits one 10-minute device cal
     python benchmarks/gpu_campaign.py --out gpu_campaign
     python benchmarks/gpu_time_to_quality.py --out benchmarks/gpu_time_to_quality
 
+(In a copy of the repository without its git history, add ``--commit <hash>``; without an
+installed package, prefix ``PYTHONPATH=$PWD``.)
+
 More language configurations, by algorithm class names resolved in ``composer_bridge.algorithms``
 when the script runs (arguments as JSON; ``"{max_seq_length}"`` is the context length; a
 language recipe's name expands to its algorithms)::
@@ -508,6 +511,8 @@ def parser() -> argparse.ArgumentParser:
                    help="seconds for the whole run from the start of main (default 225: with the imports, 4 minutes)")
     p.add_argument("--no-scale", action="store_true",
                    help="when the measured estimate overruns the budget, stop (exit 3) instead of shortening the runs")
+    p.add_argument("--commit", default=None,
+                   help="the commit to record where the checkout has no git history (default: git rev-parse)")
     p.add_argument("--tasks", default="vision,language", help="comma-separated: vision, language")
     p.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 (default 3; dry run 2)")
     p.add_argument("--precision", default=None, help="the Trainer's precision (default bf16-mixed; dry run 32-true)")
@@ -550,6 +555,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         torch.set_num_threads(1)  # a shared core in the test suite
     machine = {**gpu_campaign.machine(), "cpus": os.cpu_count(),
+               **({"commit": args.commit} if args.commit else {}),
                "cudnn": torch.backends.cudnn.version() if torch.cuda.is_available() else None}
     print(f"time to quality on {machine['gpu']}, torch {machine['torch']} (CUDA {machine['cuda']}), "
           f"commit {machine['commit']}; {plan.options.precision}, seeds {list(plan.seeds)}")

@@ -28,7 +28,7 @@ LENGTHS = ["2", "4", "8"]
 def dry_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
     out = tmp_path_factory.mktemp("ttq") / "ttq"
     code = ttq.main(["--dry-run", "--out", str(out), "--vision-lengths", *LENGTHS, "--language-lengths", *LENGTHS,
-                     "--language-configs", "glu=GatedLinearUnits"])
+                     "--language-configs", "glu=GatedLinearUnits", "--commit", "abc1234"])
     assert code == 0
     return out, json.loads(out.with_suffix(".json").read_text())
 
@@ -36,7 +36,8 @@ def dry_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, A
 def test_the_json_names_the_machine_and_holds_every_run_on_the_wall_clock(dry_run) -> None:
     _, report = dry_run
     machine = report["machine"]
-    assert machine["torch"] == torch.__version__ and {"gpu", "cuda", "cudnn", "commit", "date", "lightning"} <= set(machine)
+    assert machine["torch"] == torch.__version__ and {"gpu", "cuda", "cudnn", "date", "lightning"} <= set(machine)
+    assert machine["commit"] == "abc1234"  # --commit: a copy of the repository without git history
     assert report["clock"] == "wall" and report["dry_run"] is True and report["seeds"] == [0, 1]
     assert set(report["estimate"]["measured_s"]) == {"vision", "language"} and report["scaled_by"] == 1.0
     vision, language = report["tasks"]["vision"], report["tasks"]["language"]
