@@ -197,6 +197,7 @@ class AugMix(Algorithm):
         AugMix(severity=3, depth=-1, width=3, alpha=1.0, augmentation_set='all', mean=None, std=None, input_key=0)
     """
 
+    needs = frozenset({"image"})
     unique = True
     augments_data = True
 

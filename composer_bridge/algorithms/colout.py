@@ -300,6 +300,7 @@ class ColOut(Algorithm):
         ColOut(p_row=0.15, p_col=0.15, batch=True, resize_target='auto', input_key=0, target_key=1)
     """
 
+    needs = frozenset({"image"})
     unique = True
     augments_data = True
 

@@ -149,6 +149,7 @@ class CutMix(Algorithm):
         CutMix(alpha=1.0, interpolate_loss=False, uniform_sampling=False, input_key=0, target_key=1)
     """
 
+    needs = frozenset({"image"})
     unique = True
     augments_data = True
     mixes_examples = True

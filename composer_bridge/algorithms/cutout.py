@@ -95,6 +95,7 @@ class CutOut(Algorithm):
         CutOut(num_holes=1, length=0.25, uniform_sampling=False, input_key=0)
     """
 
+    needs = frozenset({"image"})
     unique = True
     augments_data = True
 

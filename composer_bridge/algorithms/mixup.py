@@ -111,6 +111,7 @@ class MixUp(Algorithm):
         MixUp(alpha=0.2, interpolate_loss=False, input_key=0, target_key=1)
     """
 
+    needs = frozenset({"floating input"})
     unique = True
     augments_data = True
     mixes_examples = True

@@ -163,6 +163,7 @@ class ProgressiveResizing(Algorithm):
 size_increment=4, resize_targets=False, input_key=0, target_key=1)
     """
 
+    needs = frozenset({"image"})
     unique = True
     augments_data = True
     needs_run_length = True  # the schedule is placed by fractions of the run

@@ -157,6 +157,7 @@ class RandAugment(Algorithm):
         RandAugment(severity=9, depth=1, augmentation_set='all', mean=None, std=None, input_key=0)
     """
 
+    needs = frozenset({"image"})
     unique = True
     augments_data = True
 

@@ -132,6 +132,7 @@ class SeqLengthWarmup(Algorithm):
                         preserve_end_of_sequence=False)
     """
 
+    needs = frozenset({"sequence"})
     unique = True
     augments_data = True
 

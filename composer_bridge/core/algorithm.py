@@ -27,7 +27,16 @@ if TYPE_CHECKING:
     from composer_bridge.core.logger import Logger
     from composer_bridge.core.state import State
 
-__all__ = ["CAPABILITIES", "Algorithm", "AlgorithmError", "check_algorithms", "check_owners", "check_unique", "declaring"]
+__all__ = ["CAPABILITIES", "INPUT_KINDS", "Algorithm", "AlgorithmError", "check_algorithms", "check_owners", "check_unique", "declaring"]
+
+
+#: The kinds of training input an algorithm may need (:attr:`Algorithm.needs`), each with what it
+#: asks of the batch's input (the item at the algorithm's ``input_key``, by default the first).
+INPUT_KINDS: dict[str, str] = {
+    "floating input": "a floating-point input tensor of any shape (N, ...): features, signals or images",
+    "image": "a floating-point image batch (N, C, H, W): two spatial dimensions",
+    "sequence": "a batch item of at least two dimensions (N, L, ...): sequences of tokens or steps",
+}
 
 
 class Algorithm(ABC):
@@ -90,6 +99,13 @@ class Algorithm(ABC):
     #: Replaces (or removes) the user's learning-rate schedule (WarmupStableDecay; ScheduleFree,
     #: which trains without one): two such algorithms in one run are refused at setup, naming both.
     owns_schedule: bool = False
+
+    # --- what it needs of the training inputs (the recipe search reads it) -------------------
+    #: The kinds of input it works on, names from :data:`INPUT_KINDS` (empty: any input). MixUp
+    #: mixes any floating input; CutMix cuts boxes out of two spatial dimensions, so it needs an
+    #: image. The recipe search offers an algorithm only where its batches are of these kinds and
+    #: refuses an explicit request otherwise; what it needs of the loss is ``needs_loss_events``.
+    needs: frozenset[str] = frozenset()
 
     # --- what it needs from the training loop (refused at setup when missing) -----------------
     #: Acts between the forward pass and the loss (the BEFORE_FORWARD ... AFTER_LOSS events): a

@@ -24,10 +24,11 @@ from typing import Any
 import torch
 
 from composer_bridge import recipes
-from composer_bridge.core.algorithm import Algorithm, declaring
+from composer_bridge.core.algorithm import INPUT_KINDS, Algorithm, declaring
+from composer_bridge.core.batch import get_batch_item
 from composer_bridge.search.errors import SearchInputError
 
-__all__ = ["DEFAULT_CANDIDATES", "IMAGE_ALGORITHMS", "Candidate", "applicability", "as_candidates", "from_recipe"]
+__all__ = ["DEFAULT_CANDIDATES", "Candidate", "applicability", "as_candidates", "from_recipe", "unmet_input_need"]
 
 
 @dataclass(frozen=True)
@@ -75,13 +76,11 @@ class Candidate:
                                    f"Pass its arguments: Candidate({self.algorithm!r}, {{...}}).") from error
 
 
-#: Algorithms that act on image batches (a floating ``(N, C, H, W)`` input).
-IMAGE_ALGORITHMS = frozenset({"MixUp", "CutMix", "CutOut", "ColOut", "ProgressiveResizing", "RandAugment", "AugMix"})
-
 #: The candidates tried when none are given: the published recipes' algorithms with their published
 #: arguments (mild/medium's EMA, ProgressiveResizing, MixUp, SAM; LabelSmoothing at medium's 0.1),
 #: plus CutOut, CutMix, GhostBatchNorm and GradientClipping. Those that cannot apply to the model or
-#: its batches are left out with a warning (:func:`applicability`).
+#: its batches (what each algorithm declares it needs, :attr:`~composer_bridge.Algorithm.needs`)
+#: are left out with a warning (:func:`applicability`).
 DEFAULT_CANDIDATES: tuple[Candidate, ...] = (
     Candidate("BlurPool"),
     Candidate("ChannelsLast"),
@@ -127,14 +126,60 @@ def as_candidates(candidates: Sequence[Candidate | str] | None) -> list[Candidat
     return out
 
 
+def _describe(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"a {str(value.dtype).replace('torch.', '')} tensor of shape {tuple(value.shape)}"
+    return f"a {type(value).__name__}"
+
+
+def _tensors(batch: Any) -> list[torch.Tensor]:
+    items = batch.values() if isinstance(batch, Mapping) else batch if isinstance(batch, (list, tuple)) else [batch]
+    return [item for item in items if isinstance(item, torch.Tensor)]
+
+
+#: How each kind of input in :data:`composer_bridge.core.algorithm.INPUT_KINDS` is recognised:
+#: ``(the algorithm's input, the whole batch) -> bool``.
+_INPUT_CHECKS = {
+    "floating input": lambda item, batch: isinstance(item, torch.Tensor) and item.is_floating_point(),
+    "image": lambda item, batch: isinstance(item, torch.Tensor) and item.is_floating_point() and item.dim() == 4,
+    "sequence": lambda item, batch: any(t.dim() >= 2 for t in _tensors(batch)),
+}
+
+
+def unmet_input_need(algorithm: Algorithm, batch: Any) -> str | None:
+    """What ``algorithm`` declares it needs of its input (:attr:`~composer_bridge.Algorithm.needs`) and
+    ``batch`` lacks, in words; ``None`` when the batch has all of it.
+
+    Example:
+        >>> from composer_bridge.algorithms import CutMix, MixUp
+        >>> signals = (torch.randn(8, 1, 40), torch.zeros(8, dtype=torch.long))
+        >>> unmet_input_need(MixUp(), signals) is None
+        True
+        >>> print(unmet_input_need(CutMix(), signals))
+        CutMix needs a floating-point image batch (N, C, H, W): two spatial dimensions; this batch's input is a float32 tensor of shape (8, 1, 40)
+    """
+    key = getattr(algorithm, "input_key", 0)
+    try:
+        item = get_batch_item(batch, key)
+    except (KeyError, IndexError, TypeError, ValueError):
+        item = batch
+    for kind in sorted(type(algorithm).needs):
+        if kind not in _INPUT_CHECKS:
+            raise ValueError(f"{type(algorithm).__name__}.needs names {kind!r}; the kinds are {sorted(INPUT_KINDS)}.")
+        if not _INPUT_CHECKS[kind](item, batch):
+            return (f"{type(algorithm).__name__} needs {INPUT_KINDS[kind]}; this batch's input is {_describe(item)}")
+    return None
+
+
 def applicability(candidate: Candidate, module: torch.nn.Module, batch: Any, total_steps: int) -> str | None:
     """Why ``candidate`` cannot apply to ``module`` trained on batches like ``batch``, or ``None`` if it can.
 
-    Checked without training: a surgery algorithm is run on a deep copy of the module and must
-    replace something; an algorithm that needs the loss events, on a plain module (not a
+    Checked without training, from what the algorithm declares it needs: the kinds of input
+    (:attr:`~composer_bridge.Algorithm.needs`: an image, any floating input, a sequence) must be
+    in the batch; an algorithm that needs the loss events, on a plain module (not a
     :class:`~composer_bridge.ComposerModule`), must pass the bridge's set-up check of what the
-    module shows (a criterion's options, manual optimization); an image algorithm needs a floating
-    4-D input as the batch's first item.
+    module shows (a criterion's options, manual optimization); a surgery algorithm is run on a
+    deep copy of the module and must replace something.
     """
     from composer_bridge import State
     from composer_bridge.algorithms import SurgeryAlgorithm
@@ -142,16 +187,14 @@ def applicability(candidate: Candidate, module: torch.nn.Module, batch: Any, tot
     from composer_bridge.lightning.plain_loss import check_plain_module
 
     algorithm = candidate.build(total_steps)
+    unmet = unmet_input_need(algorithm, batch)
+    if unmet is not None:
+        return unmet
     if declaring([algorithm], "needs_loss_events") and not isinstance(module, ComposerModuleMixin):
         try:
             check_plain_module([algorithm], module)
         except ValueError as error:  # BridgeConfigurationError
             return f"{candidate.label} cannot act on {type(module).__name__}'s loss: {error}"
-    if candidate.algorithm in IMAGE_ALGORITHMS:
-        inputs = batch[0] if isinstance(batch, (list, tuple)) else batch
-        if not (isinstance(inputs, torch.Tensor) and inputs.is_floating_point() and inputs.dim() == 4):
-            shape = tuple(inputs.shape) if isinstance(inputs, torch.Tensor) else type(inputs).__name__
-            return f"{candidate.label} works on image batches (a floating (N, C, H, W) input); this one's input is {shape}"
     if isinstance(algorithm, SurgeryAlgorithm):
         model = copy.deepcopy(module)
         with warnings.catch_warnings():

@@ -192,13 +192,18 @@ def probe(make_module: Callable[..., Any], make_data: Callable[..., Any], monito
 
 def filter_candidates(candidates: list[Candidate], found: Probe, steps: int, explicit: bool,
                       what: str = "candidates") -> list[Candidate]:
-    """The candidates that can apply; an explicit list with one that cannot is an error, defaults warn."""
+    """The candidates that can apply; an explicit list with one that cannot is an error, defaults warn.
+
+    What the user names (``candidates=``, a recipe in ``also_confirm=`` or ``starting_recipes=``) is
+    trained whole or refused, never trimmed: a reported recipe is always exactly what was trained.
+    """
     reasons = {c.label: applicability(c, found.module, found.batch, steps) for c in candidates}
     bad = {label: why for label, why in reasons.items() if why is not None}
     if bad and explicit:
         lines = "; ".join(f"{label}: {why}" for label, why in bad.items())
         raise SearchInputError(f"{what}: {sorted(bad)} cannot apply to this model or data ({lines}). "
-                               "Remove them from the list.")
+                               f"The search trains what you name whole or not at all: remove {', '.join(bad)} from "
+                               f"{what}, or give the model and data what {'they need' if len(bad) > 1 else 'it needs'}.")
     if bad:
         warnings.warn(CandidateWarning(f"{what}: left out, they cannot apply: " +
                                        "; ".join(f"{label} ({why})" for label, why in bad.items())), stacklevel=3)

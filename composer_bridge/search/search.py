@@ -121,8 +121,8 @@ def _search(make_module: Callable[..., Any], make_data: Callable[[int], Any], *,
     extra = {name: as_candidates(list(recipe)) for name, recipe in (also_confirm or {}).items()}
     probe = checks.probe(make_module, make_data, monitor, lengths[0], search_seeds[0], tkw)
     usable = checks.filter_candidates(pool, probe, lengths[0], explicit=candidates is not None)
-    # A published recipe is confirmed as it can run here: parts that cannot apply are left out, with a warning.
-    extra = {name: checks.filter_candidates(recipe, probe, lengths[0], explicit=False, what=f"also_confirm[{name!r}]")
+    # A recipe to confirm is trained whole or refused: what is reported is exactly what was trained.
+    extra = {name: checks.filter_candidates(recipe, probe, lengths[0], explicit=True, what=f"also_confirm[{name!r}]")
              for name, recipe in extra.items()}
     checks.check_same_labels(pool, extra)
     checks.warn_small_budget(max_fits, len(lengths), len(search_seeds), len(usable), "fits")
