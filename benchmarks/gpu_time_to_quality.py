@@ -91,6 +91,9 @@ from typing import Any
 
 import torch
 
+from composer_bridge import Algorithm
+from composer_bridge.search import Candidate
+
 BENCHMARKS = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCHMARKS))  # pareto.py (runs, speed-ups, plots) and gpu_campaign.py (machine, GPU check)
 sys.path.insert(0, str(BENCHMARKS.parent / "examples"))  # language.py: the text and the language module
@@ -125,9 +128,9 @@ class LanguageConfig:
     """A named language configuration: algorithm class names (and arguments) from ``composer_bridge.algorithms``."""
 
     name: str
-    candidates: tuple[Any, ...]  #: composer_bridge.search.Candidate, built per run length
+    candidates: tuple[Candidate, ...]  #: built afresh for each run, scaled to its length
 
-    def build(self, total_steps: int) -> list[Any]:
+    def build(self, total_steps: int) -> list[Algorithm]:
         return [c.build(total_steps) for c in self.candidates]
 
 
@@ -144,7 +147,7 @@ def parse_language_config(text: str, block: int) -> LanguageConfig:
         ('glu+clip', ['GatedLinearUnits', 'GradientClipping'])
     """
     from composer_bridge import recipes
-    from composer_bridge.search import Candidate, from_recipe
+    from composer_bridge.search import from_recipe
     from composer_bridge.search.candidates import as_candidates
 
     name, sep, spec = text.partition("=")
@@ -152,7 +155,7 @@ def parse_language_config(text: str, block: int) -> LanguageConfig:
         raise ValueError(f"--language-configs {text!r}: expected NAME=Algorithm+Algorithm{{json arguments}}..., "
                          "e.g. glu=GatedLinearUnits")
     decoder = json.JSONDecoder()
-    items: list[Any] = []
+    items: list[Candidate] = []
     position = 0
     while position < len(spec):
         match = re.compile(r"\s*([A-Za-z][\w-]*)\s*").match(spec, position)
@@ -162,6 +165,8 @@ def parse_language_config(text: str, block: int) -> LanguageConfig:
         kwargs: dict[str, Any] = {}
         if position < len(spec) and spec[position] == "{":
             kwargs, position = decoder.raw_decode(spec, position)
+            if not isinstance(kwargs, dict):
+                raise ValueError(f"--language-configs {text!r}: {item}'s arguments must be a JSON object {{...}}")
         kwargs = {k: block if v == CONTEXT_PLACEHOLDER else v for k, v in kwargs.items()}
         if item in recipes.LANGUAGE_RECIPES and not kwargs:
             items += from_recipe(item, max_seq_length=block)
