@@ -153,6 +153,18 @@ class QKNormProjection(nn.Module):
         self.q_norm = HeadRMSNorm(head_dim, eps) if queries is not None else None
         self.k_norm = HeadRMSNorm(head_dim, eps) if keys is not None else None
 
+    # Code that reads the projection's tensors through the attention module (ALiBi's surgery reads
+    # ``qkv.bias``) finds them here as on the projection itself.
+    @property
+    def weight(self) -> torch.Tensor:
+        """The projection's weight."""
+        return self.projection.weight
+
+    @property
+    def bias(self) -> torch.Tensor | None:
+        """The projection's bias (``None`` without one)."""
+        return self.projection.bias
+
     def forward(self, *args: torch.Tensor, **kwargs: torch.Tensor) -> torch.Tensor:
         out = self.projection(*args, **kwargs)
         lead = out.shape[:-1]

@@ -168,6 +168,13 @@ class ZLoss(Algorithm):
             # the targets are read here, before BEFORE_LOSS: algorithms that replace them (LabelSmoothing,
             # MixUp) have not run yet, so the ignored positions are still visible
             logits, target, class_dim = self._logits_and_targets(state)
+            if logits.ndim < 1 or logits.shape[class_dim] < 2:
+                raise ValueError(
+                    f"ZLoss needs logits over at least two classes, but the outputs have shape {tuple(logits.shape)} "
+                    f"(one value along the class dimension {class_dim}: a regression or a binary logit), where "
+                    "logsumexp is the output itself and the term would only shrink it. Fix: leave ZLoss out for this "
+                    "model, or output one logit per class."
+                )
             self._term = z_loss(logits, target, self.coefficient, self.ignore_index, class_dim)
         elif self._term is not None:
             state.loss = state.loss + self._term.to(state.loss.dtype)

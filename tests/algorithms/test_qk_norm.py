@@ -228,3 +228,16 @@ def test_a_checkpoint_loads_into_a_model_with_the_surgery_only(tmp_path: Path) -
     apply_qk_norm(plain)
     plain.load_state_dict(state)
     assert_same_weights(weights_of(plain), weights_of(module))
+
+
+@pytest.mark.parametrize("qk_norm_first", [True, False])
+def test_it_composes_with_alibi_in_either_order(qk_norm_first: bool) -> None:
+    from composer_bridge.functional import apply_alibi
+
+    model = gpt()
+    counts = [apply_qk_norm(model), apply_alibi(model, 32)] if qk_norm_first else [apply_alibi(model, 32),
+                                                                                  apply_qk_norm(model)]
+    assert sorted(counts) == [2, 3]
+    attention = model.blocks[0].attn
+    assert type(attention).__name__ == "AlibiCausalSelfAttention" and isinstance(attention.qkv, QKNormProjection)
+    assert model(torch.randint(0, VOCAB, (1, 20))).shape == (1, 20, VOCAB)  # longer than block_size: ALiBi works

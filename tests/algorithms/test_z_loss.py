@@ -309,3 +309,11 @@ def test_ddp_on_two_processes_equals_the_module_adding_the_z_loss_itself_on_ever
         assert any(not torch.equal(out["none"][k], v) for k, v in out["bridge"].items())
     for key, value in ranks[0]["bridge"].items():
         assert torch.equal(value, ranks[1]["bridge"][key]), key
+
+
+def test_a_single_logit_per_example_is_refused_with_the_fix() -> None:
+    state = State(nn.Identity())
+    state.batch = (torch.zeros(3), torch.zeros(3, 1))
+    state.outputs = torch.randn(3, 1)  # a regression head, or one binary logit
+    with pytest.raises(ValueError, match=r"at least two classes.*\(3, 1\).*Fix: "):
+        ZLoss().apply(Event.AFTER_FORWARD, state, Logger())
