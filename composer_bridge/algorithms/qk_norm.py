@@ -32,7 +32,8 @@ Example:
     >>> apply_qk_norm(gpt)  # the two attention layers
     2
     >>> gpt.blocks[0].attn.qkv
-    QKNormProjection(head_dim=8, queries=(0, 16), keys=(16, 32), blocks=1, eps=1e-06
+    QKNormProjection(
+      head_dim=8, queries=(0, 16), keys=(16, 32), blocks=1, eps=1e-06
       (projection): Linear(in_features=16, out_features=48, bias=True)
       (q_norm): HeadRMSNorm(head_dim=8, eps=1e-06)
       (k_norm): HeadRMSNorm(head_dim=8, eps=1e-06)

@@ -8,7 +8,7 @@ import importlib
 import pytest
 
 MODULES = ["composer_bridge.hf", "composer_bridge.hf.alibi", "composer_bridge.hf.conv1d",
-           "composer_bridge.hf.feed_forward", "composer_bridge.hf.module"]
+           "composer_bridge.hf.feed_forward", "composer_bridge.hf.module", "composer_bridge.hf.qk_norm"]
 
 
 @pytest.mark.parametrize("name", MODULES)
