@@ -233,7 +233,14 @@ class Muon(Algorithm):
         self.eps = eps
         self.ns_steps = ns_steps
         self.adjust_lr_fn = adjust_lr_fn
-        if hasattr(torch.optim, "Muon"):  # let torch check its own arguments now, not at setup
+        for name, value, low, high in (("lr", lr, 0.0, None), ("weight_decay", weight_decay, 0.0, None),
+                                       ("momentum", momentum, 0.0, 1.0)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < low or (high and value >= high):
+                allowed = f"in [{low}, {high})" if high else f">= {low}"
+                raise ValueError(f"Muon({name}={value!r}): must be a number {allowed}, as torch.optim.Muon's.")
+        if isinstance(ns_steps, bool) or not isinstance(ns_steps, int) or ns_steps < 1:
+            raise ValueError(f"Muon(ns_steps={ns_steps!r}): must be an int >= 1 (Newton-Schulz iterations), e.g. 5.")
+        if hasattr(torch.optim, "Muon"):  # let torch check the rest of its own arguments now, not at setup
             try:
                 torch.optim.Muon([torch.nn.Parameter(torch.zeros(2, 2))], **self.hparams())
             except (ValueError, TypeError) as error:

@@ -102,7 +102,13 @@ class ScheduleFree(Algorithm):
     whenever the weights go to ``x`` during ``fit`` (validation, a checkpoint, the end of fit) the
     statistics are recomputed there, a plain average over the last ``batchnorm_batches`` training
     batches (the forward pass of a ``ComposerModule``, in train mode, without gradients; a plain module
-    with BatchNorm is refused unless ``batchnorm_batches=0``, which leaves them as trained).
+    with BatchNorm is refused unless ``batchnorm_batches=0``, which leaves them as trained). Those
+    batches are kept in memory and in checkpoints (for the exact resumption of the statistics).
+
+    Exactness: the optimizer's ``train()`` recomputes ``y`` from ``x`` with a rounding error, so the
+    training weights ``y`` are kept (one copy of the weights, like EMA's, in checkpoints while the model
+    holds ``x``) and put back exactly: evaluations and checkpoints do not change training, and a resumed
+    run matches the uninterrupted one.
 
     With ``replace=True`` the user's ``torch.optim.AdamW`` or ``SGD`` is replaced by its schedule-free
     counterpart (:func:`schedule_free_counterpart`, same hyper-parameters, ``warmup_steps``) and their
@@ -143,6 +149,9 @@ class ScheduleFree(Algorithm):
         self._state: State | None = None
         self._has_batchnorm = False
         self._recomputed = False  # x's BatchNorm statistics are in the model (until the next train())
+        self._y: list[torch.Tensor] | None = None  # the training weights, kept while the model holds x
+        self._loaded_y: list[torch.Tensor] | None = None
+        self._loaded_recent: list[Any] = []
 
     def match(self, event: Event, state: State) -> bool:
         return event in (Event.INIT, Event.FIT_START, Event.BATCH_START, Event.AFTER_DATALOADER, Event.EVAL_START,
@@ -162,18 +171,48 @@ class ScheduleFree(Algorithm):
 
     # --- modes -------------------------------------------------------------------------------
     def train(self) -> None:
-        """Train mode (weights at ``y``) for the run's schedule-free optimizers."""
+        """Train mode: the weights back at ``y``, exactly the ``y`` that was left (see :meth:`eval`)."""
         for optimizer in self._optimizers:
             optimizer.train()
+        if self._y is not None:
+            with torch.no_grad():
+                for param, kept in zip(self._params(), self._y, strict=True):
+                    param.copy_(kept)
+            self._y = None
         self._recomputed = False
 
     def eval(self, state: State | None = None) -> None:
-        """Eval mode (weights at the average ``x``); with ``state``, BatchNorm statistics recomputed there."""
+        """Eval mode (weights at the average ``x``); with ``state``, BatchNorm statistics recomputed there.
+
+        ``y`` is kept (a copy of the weights, saved in checkpoints while it is held): the optimizer's
+        own ``train()`` recomputes ``y`` from ``x`` with a rounding error, so without the copy every
+        evaluation or checkpoint would nudge training, and a resumed run would not match.
+        """
+        if self._y is None and self.training_mode():
+            self._y = [param.detach().clone() for param in self._params()]
         for optimizer in self._optimizers:
             optimizer.eval()
         if state is not None and not self._recomputed and self._recent:
             self._recompute_batchnorm(state)
             self._recomputed = True
+
+    def _params(self) -> list[torch.Tensor]:
+        return [p for optimizer in self._optimizers for group in optimizer.param_groups for p in group["params"]]
+
+    def state_dict(self) -> dict[str, Any]:
+        # y while the model holds x (as in every checkpoint), and the batches x's BatchNorm statistics come from
+        state: dict[str, Any] = {}
+        if self._y is not None:
+            state["y"] = [t.detach().clone() for t in self._y]
+        if self._recent:
+            state["recent"] = list(self._recent)
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if set(state) - {"y", "recent"}:
+            raise ValueError(f"ScheduleFree state has keys {sorted(state)}; expected at most ['recent', 'y'].")
+        self._loaded_y = state.get("y")
+        self._loaded_recent = list(state.get("recent", []))
 
     def training_mode(self) -> bool | None:
         """Whether the optimizers are in train mode (``None`` before fit)."""
@@ -209,8 +248,9 @@ class ScheduleFree(Algorithm):
                 raise ValueError(f"ScheduleFree and {name} cannot run together: {why}. Remove {name}.")
 
     def _take_over(self, state: State) -> None:
-        self._recent = []
+        self._recent, self._loaded_recent = self._loaded_recent, []  # restored from a checkpoint, or none
         self._recomputed = False
+        self._y, self._loaded_y = self._loaded_y, None  # restored from a checkpoint: the y training goes on from
         if self.replace:
             dropped = [type(s).__name__ for s in state.schedulers]
             state.optimizers = [schedule_free_counterpart(o, self.warmup_steps) for o in state.optimizers]
@@ -262,7 +302,7 @@ class ScheduleFree(Algorithm):
             state.model.train()
             with torch.no_grad():
                 for batch in self._recent:
-                    state.model(batch)
+                    state.model(_on(batch, state.device))
         finally:
             for module, momentum in zip(norms, momenta, strict=True):
                 module.momentum = momentum
@@ -271,3 +311,14 @@ class ScheduleFree(Algorithm):
 
 def _batchnorms(model: torch.nn.Module) -> list[torch.nn.Module]:
     return [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and m.track_running_stats]
+
+
+def _on(batch: Any, device: Any) -> Any:
+    """``batch`` (tensors in tuples, lists and dicts) on ``device`` (a checkpoint's batches are loaded on the CPU)."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device) if device is not None else batch
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(_on(item, device) for item in batch)
+    if isinstance(batch, dict):
+        return {key: _on(value, device) for key, value in batch.items()}
+    return batch

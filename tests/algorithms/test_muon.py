@@ -134,7 +134,7 @@ def test_muon_takes_torchs_argument_names_and_defaults() -> None:
     assert [n for n in ours if n != "self"] == [n for n in torchs if n not in ("self", "params")]
     assert {n: p.default for n, p in ours.items() if n != "self"} == {
         n: p.default for n, p in torchs.items() if n not in ("self", "params")}
-    with pytest.raises(ValueError, match=r"Muon\(lr=-1"):
+    with pytest.raises(ValueError, match=r"Muon\(lr=-1\)"):
         Muon(lr=-1)
 
 
@@ -187,3 +187,10 @@ def test_ddp_two_processes_stay_equal_and_match_one_process_on_the_whole_batch(t
     single = hand_loop(3, batch_size=16)  # each step's two half-batches together
     for name, value in single.named_parameters():
         torch.testing.assert_close(ranks[0][f"net.{name}"], value, rtol=0, atol=1e-5)
+
+
+def test_a_model_sharded_by_fsdp2_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    import composer_bridge.algorithms.muon as muon_module
+
+    monkeypatch.setattr(muon_module, "is_dtensor", lambda tensor: True)  # what fully_shard leaves: DTensor parameters
+    refused([Muon()], "Muon cannot train a model sharded by FSDP2 .* each rank holds only a shard. Use DDP")

@@ -121,7 +121,7 @@ def test_a_checkpoint_saved_mid_epoch_holds_x_and_training_goes_on_at_y(tmp_path
     assert model.modes == [("train", True)] * 2 + [("checkpoint", False)] + [("train", True)] * 2 + [("checkpoint", False)]
     saved = torch.load(tmp_path / "epoch=0-step=2.ckpt", weights_only=True)["state_dict"]
     assert_same_weights({f"net.{k}": v for k, v in weights_of(hand_loop(2)[0]).items()}, saved)
-    assert_same_weights(weights_of(hand_loop(4, saves=(2,))[0]), weights_of(model.net))
+    assert_same_weights(weights_of(hand_loop(4)[0]), weights_of(model.net))  # the save did not nudge training
 
 
 def bn_classifier(batchnorm_batches: int) -> tuple[Any, AlgorithmEngineCallback]:
