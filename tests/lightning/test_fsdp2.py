@@ -44,6 +44,9 @@ EPOCH_END_RUNS = [("plain", "sharded"), ("CutOut", "sharded"), ("MixUp", "sharde
                   ("CutOut", "full"), ("MixUp", "full")]
 #: refused under ModelParallelStrategy at setup (test_surgery_on_an_already_sharded_model_is_refused_on_every_rank)
 REFUSED = ["ChannelsLast"]
+#: not launched here: Muon refuses sharded matrices at fit start (tests/algorithms/test_muon.py); ScheduleFree and
+#: WarmupStableDecay act on the optimizer only (its modes, its learning rate) and are not run under FSDP2 yet
+OPTIMIZER_OWNERS = ["Muon", "ScheduleFree", "WarmupStableDecay"]
 
 
 # --- the launched runs ------------------------------------------------------------------------------
@@ -117,7 +120,7 @@ def test_the_cases_cover_every_algorithm_of_the_library() -> None:
 
     names = {n for n in library.__all__ if isinstance(getattr(library, n), type)
              and issubclass(getattr(library, n), Algorithm) and not getattr(library, n).__abstractmethods__}
-    covered = {*SURGERY, *BATCH_AND_LOSS, *SEQUENCE, *AUGMENTATION, *REFUSED}
+    covered = {*SURGERY, *BATCH_AND_LOSS, *SEQUENCE, *AUGMENTATION, *REFUSED, *OPTIMIZER_OWNERS}
     covered |= {case.split("-")[0] for case in WEIGHTS}
     assert names == covered, sorted(names ^ covered)
 

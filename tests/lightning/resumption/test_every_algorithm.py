@@ -73,6 +73,20 @@ OVERRIDES: dict[str, tuple[Any, tuple[Any, Any]]] = {
 }
 
 
+def _muon() -> Any:
+    if not hasattr(torch.optim, "Muon"):
+        pytest.skip("torch.optim.Muon needs torch>=2.9")
+    return library.Muon(lr=0.02)
+
+
+def _schedule_free() -> Any:
+    pytest.importorskip("schedulefree")
+    return library.ScheduleFree(replace=True)  # the vision model's SGD(momentum=0.9) becomes SGDScheduleFree
+
+
+OVERRIDES.update({"Muon": (_muon, TOKENS), "ScheduleFree": (_schedule_free, VISION)})
+
+
 def case(name: str) -> tuple[Any, tuple[Any, Any]]:
     if name in OVERRIDES:
         return OVERRIDES[name]
