@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import torch
 import torch.nn.functional as F
 
+from composer_bridge.algorithms._draws import log_gamma
 from composer_bridge.algorithms._pil_images import is_pil_image, levels_to_pil, pil_to_levels
 
 if TYPE_CHECKING:
@@ -470,45 +471,17 @@ def _masked_step(images: torch.Tensor, names: Sequence[str], choice: torch.Tenso
     return out
 
 
-# --- mixing weights for AugMix --------------------------------------------------------------------
-
-_CANDIDATES = 8  # proposals per draw; all rejected has probability < 0.05 ** 8
-
-
-def _log_gamma(shape: float, size: tuple[int, ...], generator: torch.Generator | None,
-               device: torch.device) -> torch.Tensor:
-    """Logarithms of Gamma(shape, 1) draws (Marsaglia and Tsang), a fixed number of proposals per draw.
-
-    Taking the first accepted of a fixed number of proposals keeps the sampler on the device with
-    no data-dependent loop; shapes below 1 are boosted (``Gamma(k) = Gamma(k + 1) * U ** (1 / k)``),
-    in log space so small shapes do not underflow.
-    """
-    where = generator.device if generator is not None else device
-    boost = torch.zeros(size, device=where, dtype=torch.float64)
-    if shape < 1:
-        boost = torch.log1p(-torch.rand(size, generator=generator, device=where, dtype=torch.float64)) / shape
-        shape += 1.0
-    d = shape - 1.0 / 3.0
-    c = 1.0 / math.sqrt(9.0 * d)
-    x = torch.randn(*size, _CANDIDATES, generator=generator, device=where, dtype=torch.float64)
-    u = torch.rand(*size, _CANDIDATES, generator=generator, device=where, dtype=torch.float64)
-    v = (1 + c * x) ** 3
-    log_v = torch.log(v.clamp(min=1e-300))
-    accepted = (v > 0) & (torch.log1p(-u) < 0.5 * x * x + d - d * v + d * log_v)
-    first = accepted.to(torch.int8).argmax(dim=-1, keepdim=True)
-    chosen = torch.where(accepted.any(dim=-1), log_v.gather(-1, first).squeeze(-1), torch.zeros_like(boost))
-    return math.log(d) + chosen + boost
-
+# --- mixing weights for AugMix (from the one gamma sampler, _draws.log_gamma) ---------------------
 
 def sample_dirichlet(alpha: float, n: int, width: int, generator: torch.Generator | None,
                      device: torch.device) -> torch.Tensor:
     """``(n, width)`` rows drawn from Dirichlet(alpha, ..., alpha)."""
-    return torch.softmax(_log_gamma(alpha, (n, width), generator, device), dim=-1)
+    return torch.softmax(log_gamma(alpha, (n, width), generator, device), dim=-1)
 
 
 def sample_symmetric_beta(alpha: float, n: int, generator: torch.Generator | None, device: torch.device) -> torch.Tensor:
     """``(n,)`` draws from Beta(alpha, alpha)."""
-    pair = _log_gamma(alpha, (n, 2), generator, device)
+    pair = log_gamma(alpha, (n, 2), generator, device)
     return torch.sigmoid(pair[:, 0] - pair[:, 1])
 
 
