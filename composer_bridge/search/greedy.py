@@ -47,7 +47,15 @@ from collections.abc import Mapping, Sequence
 
 from composer_bridge.search.fit_scheduler import FitScheduler
 from composer_bridge.search.results import Config, CurveResult, config_name
-from composer_bridge.search.scoring import CurveGoal, SpeedUp, strict_speedup, summarise_speedups
+from composer_bridge.search.scoring import (
+    CurveGoal,
+    QualityWithin,
+    SpeedUp,
+    best_quality_within,
+    strict_speedup,
+    summarise_speedups,
+    time_to_reach,
+)
 from composer_bridge.search.settings import SearchSettings
 
 __all__ = ["GreedySearch", "mean_score"]
@@ -100,10 +108,11 @@ class GreedySearch:
 
     def goal(self, seed: int, phase: str) -> CurveGoal:
         """What a curve on ``seed`` races: the baseline's ``Q`` and time to it (the early stop in the search only)."""
-        return CurveGoal.of(self.baseline(seed, phase).points, self.settings.higher, phase == "search")
+        return CurveGoal.of(self.baseline(seed, phase).points, self.settings.higher, search=phase == "search")
 
     def curve(self, config: Config, seed: int, phase: str) -> CurveResult:
-        """``config``'s curve on ``seed``, run lengths short to long until it is settled (steps 2 and 4)."""
+        """``config``'s curve on ``seed``, run lengths short to long until it is settled (steps 2 and 4;
+        :meth:`~composer_bridge.search.scoring.CurveGoal.settled` says when)."""
         if not config:
             return self.baseline(seed, phase)
         key = (config, seed)
@@ -120,6 +129,8 @@ class GreedySearch:
                 if settled is not None:
                     status = settled
                     break
+            if points and time_to_reach(points, goal.q, self.settings.higher) is not None:
+                status = "reached Q"  # a confirmation curve goes on past Q, within the baseline's training time
             base = self.baseline(seed, phase).points
             speed = strict_speedup(base, points, self.settings.higher)[0] if status == "reached Q" else None
             self.curves[key] = CurveResult(config, seed, phase, points, status, speed)
@@ -220,3 +231,17 @@ class GreedySearch:
         """``config``'s strict speed-up on the confirmation seeds, every curve to the longest run length."""
         return summarise_speedups({seed: self.curve(config, seed, "confirm").speedup
                                    for seed in self.settings.confirm_seeds})
+
+    def quality_within_baseline_time(self, config: Config) -> QualityWithin:
+        """The best quality ``config`` reached within the baseline's training time, on each confirmation seed.
+
+        The second answer beside the strict speed-up, for a user whose goal is quality, not time: on
+        each seed, the best of ``config``'s runs that took no longer than the baseline's longest run.
+        """
+        seeds = self.settings.confirm_seeds
+        within = []
+        for seed in seeds:
+            t_total = max(t for t, _ in self.baseline(seed, "confirm").points)
+            within.append(best_quality_within(self.curve(config, seed, "confirm").points, t_total,
+                                              self.settings.higher))
+        return QualityWithin(tuple(within), tuple(seeds))

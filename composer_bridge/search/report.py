@@ -59,6 +59,10 @@ def summary(result: SearchResult) -> str:
                      f"confirmation seeds {seeds}.")
     for name, speed in result.also_confirmed.items():
         lines.append(f"{name}: {speed.text()} on the same confirmation seeds.")
+    if result.quality_within_baseline_time:
+        within = "; ".join(f"{name} {quality.text()}" for name, quality in result.quality_within_baseline_time.items())
+        lines.append(f"Best {result.settings['monitor']} within the baseline's training time (its longest run), mean "
+                     f"(per seed) on the confirmation seeds: {within}.")
     lines.append(
         f"Search: {cost['search_fits']} fits, {cost['search_train']:.1f} {unit} of training "
         f"({cost['search_in_baseline_runs']:.1f} baseline-run equivalents; one baseline run = every run length on one "

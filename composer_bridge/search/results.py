@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from composer_bridge.search.candidates import Candidate
-from composer_bridge.search.scoring import SpeedUp
+from composer_bridge.search.scoring import QualityWithin, SpeedUp
 from composer_bridge.search.trial import FitRecord
 
 __all__ = ["BudgetExhausted", "Config", "CurveResult", "SearchResult", "config_name"]
@@ -60,6 +60,10 @@ class SearchResult:
         steps: what each greedy step tried and decided, in words.
         cost: training time and fits of the search and of the confirmation, the budget, the
             search's cost in baseline-run equivalents and its own overhead.
+        quality_within_baseline_time: the second answer, for a goal of quality rather than time: the
+            best quality reached within the baseline's training time (its longest run) on each
+            confirmation seed, keyed ``"baseline"``, ``"recipe"`` (the search's pick) and each
+            ``also_confirm`` name; empty when nothing was confirmed.
     """
 
     recipe: list[Candidate]
@@ -74,6 +78,7 @@ class SearchResult:
     settings: dict[str, Any]
     candidates: list[Candidate] = field(default_factory=list)
     stopped_by_budget: bool = False
+    quality_within_baseline_time: dict[str, QualityWithin] = field(default_factory=dict)
 
     def summary(self) -> str:
         """A few lines for the terminal: the verdict, the recipe and the confirmed speed-up, the cost."""

@@ -20,7 +20,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["CurveGoal", "SpeedUp", "best_quality", "strict_speedup", "summarise_speedups", "time_to_reach"]
+__all__ = ["CurveGoal", "QualityWithin", "SpeedUp", "best_quality", "best_quality_within", "strict_speedup", "summarise_speedups", "time_to_reach"]
 
 Curve = Sequence[tuple[float, float]]
 
@@ -118,39 +118,87 @@ def summarise_speedups(per_seed: dict[int, float | None]) -> SpeedUp:
     return SpeedUp(tuple(per_seed[s] for s in seeds), seeds)
 
 
-@dataclass(frozen=True)
-class CurveGoal:
-    """What a configuration's curve on one seed is raced against: the baseline's best quality and its time to it.
+def best_quality_within(curve: Curve, seconds: float, higher_is_better: bool) -> float | None:
+    """The best quality among the points of ``curve`` trained within ``seconds`` (``None``: none was).
 
-    ``stop_past_baseline``: whether a curve that passes the baseline's time to ``q`` without reaching
-    it stops there (the search's shortcut: it cannot beat the baseline on that seed); confirmation
-    curves run to the longest run length.
+    Only measured points count: each is a whole run of its length, and nothing is interpolated.
 
     Example:
-        >>> goal = CurveGoal.of([(1.0, 0.5), (2.0, 0.7)], higher_is_better=True, stop_past_baseline=True)
+        >>> best_quality_within([(1.0, 0.6), (2.0, 0.8), (4.5, 0.9)], 4.0, True)
+        0.8
+        >>> best_quality_within([(5.0, 0.9)], 4.0, True) is None
+        True
+    """
+    within = [(t, q) for t, q in curve if t <= seconds * (1 + 1e-9)]
+    return best_quality(within, higher_is_better) if within else None
+
+
+@dataclass(frozen=True)
+class QualityWithin:
+    """The best quality a configuration reached within the baseline's training time, per seed.
+
+    On each seed, the baseline's training time is its longest run's; ``None`` on a seed where no run
+    of the configuration fitted in it. ``mean`` is ``None`` unless every seed has a value.
+    """
+
+    per_seed: tuple[float | None, ...]
+    seeds: tuple[int, ...]
+
+    @property
+    def mean(self) -> float | None:
+        if not self.per_seed or any(q is None for q in self.per_seed):
+            return None
+        return statistics.mean(q for q in self.per_seed if q is not None)
+
+    def text(self) -> str:
+        """``"0.912 (0.905, 0.920)"``: the mean, then each seed (``"none"``: no run fitted in the time)."""
+        seeds = ", ".join("none" if q is None else f"{q:.4g}" for q in self.per_seed)
+        return f"{'—' if self.mean is None else f'{self.mean:.4g}'} ({seeds})"
+
+
+@dataclass(frozen=True)
+class CurveGoal:
+    """What a configuration's curve on one seed is raced against, and when it needs no longer run.
+
+    ``q`` is the baseline's best quality, ``t_base`` the baseline's time to it and ``t_total`` the
+    baseline's training time (its longest run). In the search (``search=True``) a curve stops once it
+    reaches ``q`` (longer runs cannot change its speed-up) or passes ``t_base`` without reaching it (it
+    cannot beat the baseline on that seed). On the confirmation seeds it goes on until it has reached
+    ``q`` *and* passed ``t_total``, so that both answers are measured: the strict speed-up and the best
+    quality within the baseline's training time.
+
+    Example:
+        >>> goal = CurveGoal.of([(1.0, 0.5), (2.0, 0.7)], higher_is_better=True, search=True)
         >>> goal.q, goal.t_base, goal.settled([(1.5, 0.6)]), goal.settled([(0.8, 0.6), (1.6, 0.75)])
         (0.7, 2.0, None, 'reached Q')
         >>> goal.settled([(2.5, 0.6)])
         "stopped: past the baseline's time to Q"
+        >>> confirm = CurveGoal.of([(1.0, 0.5), (2.0, 0.7)], higher_is_better=True, search=False)
+        >>> confirm.settled([(0.8, 0.6), (1.6, 0.75)]), confirm.settled([(0.8, 0.6), (1.6, 0.75), (3.2, 0.8)])
+        (None, 'reached Q')
     """
 
     q: float
     t_base: float
+    t_total: float
     higher: bool
-    stop_past_baseline: bool
+    search: bool
 
     @classmethod
-    def of(cls, baseline: Curve, higher_is_better: bool, stop_past_baseline: bool) -> CurveGoal:
-        """The goal set by a baseline curve."""
+    def of(cls, baseline: Curve, higher_is_better: bool, search: bool) -> CurveGoal:
+        """The goal set by a baseline curve, for a curve of the search (``search=True``) or of the confirmation."""
         q = best_quality(baseline, higher_is_better)
         t_base = time_to_reach(baseline, q, higher_is_better)
         assert t_base is not None
-        return cls(q, t_base, higher_is_better, stop_past_baseline)
+        return cls(q, t_base, max(t for t, _ in baseline), higher_is_better, search)
 
     def settled(self, points: Curve) -> str | None:
         """Why a curve with these points needs no longer run (``None``: it goes on to the next run length)."""
-        if points and time_to_reach(points, self.q, self.higher) is not None:
-            return "reached Q"
-        if self.stop_past_baseline and points and points[-1][0] >= self.t_base:
-            return "stopped: past the baseline's time to Q"
-        return None
+        reached = bool(points) and time_to_reach(points, self.q, self.higher) is not None
+        if self.search:
+            if reached:
+                return "reached Q"
+            if points and points[-1][0] >= self.t_base:
+                return "stopped: past the baseline's time to Q"
+            return None
+        return "reached Q" if reached and points[-1][0] >= self.t_total else None

@@ -154,6 +154,9 @@ def _search(make_module: Callable[..., Any], make_data: Callable[[int], Any], *,
         if confirmed is None and extra:
             for seed in confirm_seeds:
                 search.baseline(seed, "confirm")
+        confirmed_configs = {**({"recipe": incumbent} if incumbent else {}), **recipes}
+        within = {name: search.quality_within_baseline_time(config)
+                  for name, config in ({"baseline": ()} | confirmed_configs if confirmed_configs else {}).items()}
     finally:
         runner.close()
         if bar is not None:
@@ -167,6 +170,7 @@ def _search(make_module: Callable[..., Any], make_data: Callable[[int], Any], *,
         search_score=mean_score(scores, search_seeds) if incumbent else None,
         also_confirmed=also, fits=fits.used_fits(), curves=list(search.curves.values()), steps=search.steps,
         cost=_cost(settings, fits), settings=recorded, candidates=usable, stopped_by_budget=stopped,
+        quality_within_baseline_time=within,
     )
 
 

@@ -148,3 +148,24 @@ def test_a_time_budget_stops_before_a_fit_it_cannot_cover() -> None:
     with pytest.raises(BudgetExhausted, match="14 s"):
         search.curve(("A",), 0, "search")
     assert [(tuple(f.config), f.steps) for f in search.fits.search_fits][3:] == [(("A",), 1), (("A",), 2)]
+
+
+def test_a_confirmation_curve_goes_on_past_q_within_the_baselines_training_time() -> None:
+    # A reaches Q = 0.6 in its 1-step run; the search would stop there, but on a confirmation seed the
+    # longer runs still fit in the baseline's training time (4.0 s), so they are trained: A's best quality
+    # within that time is its 4-step run's 0.8, and its speed-up is read off the same first crossing.
+    search = _curve_search({**BASELINE, (("A",), 10, 1): (0.5, 0.65), (("A",), 10, 2): (1.0, 0.7),
+                            (("A",), 10, 4): (2.0, 0.8)})
+    curve = search.curve(("A",), 10, "confirm")
+    assert curve.status == "reached Q" and len(curve.points) == 3 and curve.speedup == pytest.approx(4.0 / 0.5)
+    within = search.quality_within_baseline_time(("A",))
+    assert within.per_seed == (0.8,) and within.mean == 0.8
+    assert search.quality_within_baseline_time(()).per_seed == (0.6,)  # the baseline's own best
+
+
+def test_the_best_quality_within_the_baselines_time_counts_only_runs_that_fit_in_it() -> None:
+    # A's 4-step run takes 4.5 s, past the baseline's 4.0 s: its 0.9 does not count; the 2-step run's 0.7 does.
+    search = _curve_search({**BASELINE, (("A",), 10, 1): (0.9, 0.4), (("A",), 10, 2): (1.8, 0.7),
+                            (("A",), 10, 4): (4.5, 0.9)})
+    assert search.quality_within_baseline_time(("A",)).per_seed == (0.7,)
+    assert search.curve(("A",), 10, "confirm").speedup == pytest.approx(4.0 / 1.5)

@@ -65,6 +65,27 @@ def test_the_search_finds_a_recipe_on_search_seeds_and_reports_only_confirmation
     assert "LabelSmoothing" in result.python_code() and "composer_bridge.algorithms.LabelSmoothing" in result.yaml_fragment()
 
 
+def test_the_best_quality_within_the_baselines_training_time_is_read_off_the_confirmation_fits(searched) -> None:
+    result, _, _ = searched
+    confirm = [f for f in result.fits if f.phase == "confirm"]
+    by_hand = {}
+    for name, config in (("baseline", []), ("recipe", ["LabelSmoothing"])):
+        per_seed = []
+        for seed in (10, 11):
+            budget = max(f.seconds for f in confirm if f.seed == seed and not f.config)  # the baseline's longest run
+            per_seed.append(max(f.quality for f in confirm if f.seed == seed and f.config == config
+                                and f.seconds <= budget))
+        by_hand[name] = per_seed
+    within = result.quality_within_baseline_time
+    assert set(within) == {"baseline", "recipe"}
+    for name, per_seed in by_hand.items():
+        assert list(within[name].per_seed) == per_seed and within[name].seeds == (10, 11)
+        assert within[name].mean == pytest.approx(statistics.mean(per_seed))
+    # The recipe's curves run past Q up to the baseline's training time: every run length is there.
+    assert sorted(f.steps for f in confirm if f.config == ["LabelSmoothing"] and f.seed == 10) == task.RUN_LENGTHS
+    assert f"recipe {within['recipe'].text()}" in result.summary()
+
+
 def test_every_fit_is_a_real_deterministic_lightning_fit(searched, tmp_path) -> None:
     result, _, _ = searched
     again = search_recipe(make_module, task.make_data, state_dir=tmp_path, **KWARGS)
