@@ -317,3 +317,22 @@ def test_a_single_logit_per_example_is_refused_with_the_fix() -> None:
     state.outputs = torch.randn(3, 1)  # a regression head, or one binary logit
     with pytest.raises(ValueError, match=r"at least two classes.*\(3, 1\).*Fix: "):
         ZLoss().apply(Event.AFTER_FORWARD, state, Logger())
+
+
+class SmoothedTokenModule(PlainTokenModule):
+    """By hand: torch's label-smoothed cross-entropy plus the z-loss, what LabelSmoothing + ZLoss must train."""
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        logits = self(x)
+        loss = F.cross_entropy(logits.view(-1, VOCAB), y.view(-1), label_smoothing=0.1 if self.add_z_loss else 0.0)
+        return loss + hand_z_loss(logits, y) if self.add_z_loss else loss
+
+
+def test_with_label_smoothing_the_ignored_positions_stay_out_of_the_term() -> None:
+    from composer_bridge.algorithms import LabelSmoothing
+
+    for order in ([ZLoss(COEFFICIENT), LabelSmoothing(0.1)], [LabelSmoothing(0.1), ZLoss(COEFFICIENT)]):
+        ours = fit(SmoothedTokenModule(), token_loader(), [AlgorithmEngineCallback(order)])
+        hand = fit(SmoothedTokenModule(add_z_loss=True), token_loader(), [])
+        assert_close_weights(weights_of(ours), weights_of(hand))
