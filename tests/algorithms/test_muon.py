@@ -194,3 +194,25 @@ def test_a_model_sharded_by_fsdp2_is_refused(monkeypatch: pytest.MonkeyPatch) ->
 
     monkeypatch.setattr(muon_module, "is_dtensor", lambda tensor: True)  # what fully_shard leaves: DTensor parameters
     refused([Muon()], "Muon cannot train a model sharded by FSDP2 .* each rank holds only a shard. Use DDP")
+
+
+@pytest.mark.parametrize("muon_first", [False, True])
+def test_muons_learning_rate_follows_warmup_stable_decay_like_the_users_optimizer(muon_first: bool) -> None:
+    from composer_bridge.algorithms import WarmupStableDecay
+    from composer_bridge.functional import wsd_multiplier
+
+    class Record(L.Callback):
+        def __init__(self) -> None:
+            self.lrs: list[list[float]] = []
+
+        def on_train_batch_end(self, trainer: Any, *args: Any) -> None:  # after the step: the rates it used
+            self.lrs.append([group["lr"] for group in trainer.optimizers[0].param_groups])
+
+    record = Record()
+    algorithms = [WarmupStableDecay(warmup="2ba", decay="3ba", shape="linear"), Muon(**MUON)]
+    algorithms = algorithms[::-1] if muon_first else algorithms
+    quiet_trainer(max_steps=8, max_epochs=-1, callbacks=[AlgorithmEngineCallback(algorithms), record]).fit(
+        UserModule(scheduler=False), image_loader(n=64, batch_size=8))
+    factors = [wsd_multiplier(s, 8, 2, 3, "linear") for s in range(8)]
+    assert [lrs[0] for lrs in record.lrs] == pytest.approx([1e-2 * f for f in factors], rel=1e-12)
+    assert [lrs[-1] for lrs in record.lrs] == pytest.approx([MUON["lr"] * f for f in factors], rel=1e-12)
