@@ -204,3 +204,22 @@ def test_without_the_algorithm_a_schedule_free_optimizer_refuses_to_step() -> No
     with pytest.raises(Exception, match="not in train mode"):
         quiet_trainer(max_steps=1, max_epochs=-1).fit(UserModule(), image_loader(n=32))
 
+
+
+def test_the_counterpart_of_sgd_keeps_each_groups_hyperparameters_and_refuses_what_has_none() -> None:
+    from composer_bridge.functional import schedule_free_counterpart
+
+    net = linear()
+    sgd = torch.optim.SGD([{"params": [net[1].weight], "lr": 0.5}, {"params": [net[1].bias], "weight_decay": 0.1}],
+                          lr=0.2, momentum=0.8)
+    built = schedule_free_counterpart(sgd, warmup_steps=7)
+    assert type(built) is schedulefree.SGDScheduleFree
+    assert [(g["lr"], g["momentum"], g["weight_decay"], g["warmup_steps"]) for g in built.param_groups] == [
+        (0.5, 0.8, 0, 7), (0.2, 0.8, 0.1, 7)]
+    assert [g["params"] for g in built.param_groups] == [[net[1].weight], [net[1].bias]]
+    with pytest.raises(ValueError, match="momentum in"):
+        schedule_free_counterpart(torch.optim.SGD(net.parameters(), lr=0.1))
+    with pytest.raises(ValueError, match=r"nesterov=True\) has no schedule-free counterpart"):
+        schedule_free_counterpart(torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9, nesterov=True))
+    with pytest.raises(ValueError, match="this is Adam"):
+        schedule_free_counterpart(torch.optim.Adam(net.parameters()))
