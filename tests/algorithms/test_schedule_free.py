@@ -223,3 +223,50 @@ def test_the_counterpart_of_sgd_keeps_each_groups_hyperparameters_and_refuses_wh
         schedule_free_counterpart(torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9, nesterov=True))
     with pytest.raises(ValueError, match="this is Adam"):
         schedule_free_counterpart(torch.optim.Adam(net.parameters()))
+
+
+def test_the_closure_forms_need_no_switching_and_are_left_alone() -> None:
+    class ClosureModule(UserModule):
+        def configure_optimizers(self) -> Any:
+            return schedulefree.AdamWScheduleFreeClosure(self.parameters(), lr=LR)
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            return F.cross_entropy(self.net(batch[0]), batch[1])
+
+    model = ClosureModule()
+    before = weights_of(model.net)
+    quiet_trainer(max_steps=2, max_epochs=-1, callbacks=[AlgorithmEngineCallback([ScheduleFree()])]).fit(
+        model, image_loader(n=32))
+    assert not torch.equal(before["1.weight"], model.net[1].weight)  # it trained
+
+
+DDP_SCRIPT = """
+import os, torch
+from helpers.support import L, ResumableLoader, image_dataset, quiet_trainer
+from composer_bridge import AlgorithmEngineCallback
+from composer_bridge.algorithms import ScheduleFree
+from algorithms.test_schedule_free import UserModule
+
+model = UserModule()
+rank = int(os.environ.get("LOCAL_RANK", 0))
+checkpoint = L.callbacks.ModelCheckpoint(dirpath=".", every_n_train_steps=2, save_top_k=-1)
+trainer = quiet_trainer(strategy="ddp", devices=2, max_steps=4, max_epochs=-1, use_distributed_sampler=False,
+                        callbacks=[AlgorithmEngineCallback([ScheduleFree()]), checkpoint], enable_checkpointing=True)
+trainer.fit(model, ResumableLoader(image_dataset(n=64), batch_size=8, rank=rank, world_size=2))
+torch.save({"weights": {k: v.detach() for k, v in model.named_parameters()}, "modes": model.modes},
+           f"rank{trainer.global_rank}.pt")
+"""
+
+
+@pytest.mark.timeout(300)
+def test_ddp_two_processes_switch_modes_on_every_rank_and_save_x(tmp_path: Path) -> None:
+    from helpers.support import run_ddp_script
+
+    result = run_ddp_script(DDP_SCRIPT, tmp_path)
+    assert result.returncode == 0, result.stderr[-4000:]
+    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
+    assert_same_weights(ranks[0]["weights"], ranks[1]["weights"])
+    expected = [("train", True)] * 2 + [("checkpoint", False)] + [("train", True)] * 2 + [("checkpoint", False)]
+    assert ranks[0]["modes"] == ranks[1]["modes"] == expected
+    saved = torch.load(tmp_path / "epoch=0-step=4.ckpt", weights_only=True)["state_dict"]
+    assert_same_weights(ranks[0]["weights"], saved)  # the model after fit (x) is what the last checkpoint holds
