@@ -148,3 +148,29 @@ def test_the_functional_form_matches_the_formula() -> None:
         got = [wsd_multiplier(s, 20, 4, 6, shape, 0.05) for s in range(20)]
         assert got == pytest.approx([hand_lr(1.0, s, 20, 4, 6, shape, 0.05) for s in range(20)], rel=1e-12)
     assert wsd_multiplier(25, 20, 4, 6, "linear", 0.05) == 0.05
+
+
+DDP_SCRIPT = """
+import torch
+from helpers.support import image_loader, quiet_trainer
+from composer_bridge import AlgorithmEngineCallback
+from composer_bridge.algorithms import WarmupStableDecay
+from algorithms.test_warmup_stable_decay import LRRecorder, classifier
+
+recorder = LRRecorder()
+trainer = quiet_trainer(strategy="ddp", devices=2, max_epochs=2, accumulate_grad_batches=2,
+                        callbacks=[AlgorithmEngineCallback([WarmupStableDecay(warmup=0.25, decay=0.5)]), recorder])
+trainer.fit(classifier(lr=0.1), image_loader(n=64, batch_size=8))  # 4 batches per rank and epoch: 2 steps
+torch.save(recorder.lrs, f"rank{trainer.global_rank}.pt")
+"""
+
+
+@pytest.mark.timeout(300)
+def test_ddp_two_processes_take_the_same_schedule_counted_from_their_share_of_the_data(tmp_path: Path) -> None:
+    from helpers.support import run_ddp_script
+
+    result = run_ddp_script(DDP_SCRIPT, tmp_path)
+    assert result.returncode == 0, result.stderr[-4000:]
+    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
+    expected = [hand_lr(0.1, s, 4, 1, 2, "1-sqrt") for s in range(4)]
+    assert ranks[0] == ranks[1] and [lr[0] for lr in ranks[0]] == pytest.approx(expected, rel=1e-12)
