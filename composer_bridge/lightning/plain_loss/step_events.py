@@ -61,6 +61,7 @@ CHECKPOINT_KEY = "composer_bridge/plain_loss"
 
 BEFORE_FORWARD, AFTER_FORWARD, BEFORE_LOSS, AFTER_LOSS, BEFORE_BACKWARD = HOOK_EVENTS["training_step[loss]"]
 
+
 @dataclass
 class _Step:
     """What one training step showed."""
