@@ -2,7 +2,7 @@
 
     python examples/search.py                              # vision: cluttered digits, about 10 CPU-minutes
     python examples/search.py --task language              # the character-level GPT
-    python examples/search.py --quick                      # a tiny run of the whole pipeline (seconds)
+    python examples/search.py --quick                      # a tiny run of the pipeline (seconds; no starting recipes)
     python examples/search.py --out outputs/search_vision  # where the state, tables and plot go
     python examples/search.py --add-candidates ChannelsLast  # one more candidate, default arguments
     python examples/search.py --executor ray --workers 2   # fits side by side on Ray, one core each
@@ -10,11 +10,12 @@
 **Vision**: :func:`composer_bridge.data.cluttered_digits_loaders` (digits upsampled to 24x24,
 moved, cluttered and noisy, 60 per class: a task a small ResNet is still learning after minutes)
 with ``ResNetCNN(widths=(16, 32))``, SGD with a one-cycle schedule scaled to each run's length.
-Candidates: BlurPool, LabelSmoothing, MixUp, CutOut, EMA and ProgressiveResizing; the published
-``mild`` recipe is confirmed beside the search's pick. **Language**: the 2-layer character-level
-GPT of ``examples/language.py``; candidates GradientClipping, GatedLinearUnits, SeqLengthWarmup
-and ALiBi (LowPrecisionLayerNorm replaces nothing in a full-precision CPU run, and the search
-refuses it); ``gpt-fast`` confirmed beside it.
+Candidates: BlurPool, LabelSmoothing, MixUp, CutOut, EMA, ProgressiveResizing and ChannelsLast; the
+published vision recipes that apply are the search's starting recipes, and ``mild`` is confirmed
+beside the search's pick. **Language**: the 2-layer character-level GPT of ``examples/language.py``;
+candidates GradientClipping, GatedLinearUnits, SeqLengthWarmup and ALiBi; ``gpt-fast`` without
+LowPrecisionLayerNorm (which replaces nothing in a full-precision CPU run, so the search refuses
+it) is the starting recipe and is confirmed beside the pick.
 
 The search runs in this process, one torch thread, timed in process CPU seconds; with
 ``--executor ray --workers N`` (``pip install 'composer-bridge[ray]'``) N fits run at once, each a Ray
@@ -64,6 +65,7 @@ VISION_CANDIDATES = [
     Candidate("CutOut", {"length": 0.25}),
     Candidate("EMA", {"half_life": "100ba", "update_interval": "20ba"}),
     Candidate("ProgressiveResizing", {"initial_scale": 0.5, "delay_fraction": 0.4, "finetune_fraction": 0.2}),
+    Candidate("ChannelsLast"),
 ]
 
 LM_BLOCK = 128
@@ -115,6 +117,7 @@ def main(argv: list[str] | None = None) -> Any:
         make_module, make_data, candidates, monitor, mode = (
             vision_module, tiny_vision_data if args.quick else vision_data, VISION_CANDIDATES, "val/acc", "max")
         published = {"published mild": from_recipe("mild", prefix="mild")}
+        starts = None  # the published vision recipes that apply
         lengths = [2, 4] if args.quick else [40, 80, 160]
     else:
         make_module, make_data, candidates, monitor, mode = (
@@ -124,6 +127,7 @@ def main(argv: list[str] | None = None) -> Any:
         published = {"published gpt-fast without LowPrecisionLayerNorm": [
             c for c in from_recipe("gpt-fast", prefix="gpt-fast", max_seq_length=LM_BLOCK)
             if c.algorithm != "LowPrecisionLayerNorm"]}
+        starts = dict(published)  # none of the published language recipes applies whole here
         lengths = [2, 4] if args.quick else [25, 50, 100]
     if args.quick:
         candidates = candidates[:2]
@@ -139,6 +143,7 @@ def main(argv: list[str] | None = None) -> Any:
         run_lengths=args.run_lengths or lengths, max_train_seconds=None if args.quick else budget,
         max_fits=30 if args.quick else None,
         search_seeds=args.search_seeds, confirm_seeds=args.confirm_seeds, also_confirm=published,
+        starting_recipes={} if args.quick else starts,
         trainer_kwargs={"accelerator": "cpu", "devices": 1}, state_dir=out, progress=not args.no_progress,
         executor=executor,
     )

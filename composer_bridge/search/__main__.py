@@ -19,6 +19,7 @@ module's class (or function) when it takes that argument and ``seed`` to the dat
       search_seeds: [0, 1]
       confirm_seeds: [1000, 1001, 1002]
       also_confirm: {published mild: mild}        # recipes of composer_bridge.recipes, by name
+      starting_recipes: {mine: [BlurPool, LabelSmoothing]}  # optional: absent = the published ones that apply
     trainer: {accelerator: cpu, devices: 1}       # your Trainer arguments
     executor: {name: ray, workers: 2, cpus_per_fit: 1}   # optional: fits side by side on Ray
                                                   # (RayExecutor's arguments; address: for a cluster)
@@ -157,6 +158,10 @@ def main(argv: list[str] | None = None) -> SearchResult:
     also = settings.pop("also_confirm", None) or {}
     settings["also_confirm"] = {name: (from_recipe(recipe) if isinstance(recipe, str) else _candidates(recipe))
                                 for name, recipe in also.items()}
+    if settings.get("starting_recipes") is not None:  # absent: the published recipes that apply
+        settings["starting_recipes"] = {
+            name: (from_recipe(recipe) if isinstance(recipe, str) else _candidates(recipe))
+            for name, recipe in settings["starting_recipes"].items()}
     out = Path(args.out or config.get("out") or "outputs/search")
     allowed = set(inspect.signature(search_recipe).parameters) - {"make_module", "make_data", "trainer_kwargs",
                                                                     "state_dir", "executor"}

@@ -134,15 +134,16 @@ def warn_small_budget(budget: float | None, curve_cost: float, n_seeds: int, n_c
             "or pass fewer candidates."), stacklevel=4)
 
 
-def check_same_labels(candidates: list[Candidate], also_confirm: Mapping[str, list[Candidate]]) -> None:
-    """One label, one algorithm: a label in ``also_confirm`` that names a candidate must mean the same one."""
+def check_same_labels(candidates: list[Candidate], recipes: Mapping[str, list[Candidate]]) -> None:
+    """One label, one algorithm: a label in a recipe (keyed ``"also_confirm['name']"``, ...) that names a
+    candidate must mean the same one."""
     known = {c.label: c for c in candidates}
-    for name, recipe in also_confirm.items():
+    for where, recipe in recipes.items():
         for c in recipe:
             other = known.setdefault(c.label, c)
             if (other.algorithm, dict(other.kwargs)) != (c.algorithm, dict(c.kwargs)):
                 raise SearchInputError(
-                    f"also_confirm[{name!r}]: the label {c.label!r} means {c.algorithm}({dict(c.kwargs)}) there and "
+                    f"{where}: the label {c.label!r} means {c.algorithm}({dict(c.kwargs)}) there and "
                     f"{other.algorithm}({dict(other.kwargs)}) elsewhere in the search. Give one of them another "
                     "name= (from_recipe prefixes its labels with the recipe's name).")
 
@@ -211,3 +212,33 @@ def filter_candidates(candidates: list[Candidate], found: Probe, steps: int, exp
     if not usable:
         raise SearchInputError(f"{what}: none of {sorted(reasons)} can apply to this model or data ({bad}).")
     return usable
+
+
+def published_starting_recipes(found: Probe, steps: int) -> tuple[dict[str, list[Candidate]], dict[str, str]]:
+    """The published recipes (:mod:`composer_bridge.recipes`) that apply whole to this model and data.
+
+    Returns ``(recipes, left_out)``: the recipes as candidates (labels ``"<recipe>:<class name>"``)
+    and, for each recipe left out, why (its first part that cannot apply). A language recipe's
+    ``max_seq_length`` is the length of the probe batch's token sequences.
+    """
+    from composer_bridge import recipes as published
+    from composer_bridge.search.candidates import from_recipe
+
+    inputs = found.batch[0] if isinstance(found.batch, (list, tuple)) else found.batch
+    fill = {}
+    if isinstance(inputs, torch.Tensor) and inputs.dim() == 2 and not inputs.is_floating_point():
+        fill["max_seq_length"] = int(inputs.shape[1])
+    usable, left_out = {}, {}
+    for name in [*published.VISION_RECIPES, *published.LANGUAGE_RECIPES]:
+        recipe = from_recipe(name, **fill)
+        unfilled = [c.label for c in recipe if any(isinstance(v, str) and v.startswith("{") for v in c.kwargs.values())]
+        why = f"{unfilled[0]} needs the length of token sequences, and the batch holds none" if unfilled else None
+        for c in [] if unfilled else recipe:
+            why = applicability(c, found.module, found.batch, steps)
+            if why is not None:
+                break
+        if why is None:
+            usable[name] = recipe
+        else:
+            left_out[name] = why
+    return usable, left_out

@@ -8,10 +8,14 @@ Method (docs/search.md has the reasoning):
 2. **Score.** A configuration's score on a seed is its strict speed-up
    (:func:`composer_bridge.search.scoring.strict_speedup`): the baseline's time to ``Q`` over the
    configuration's time to ``Q``; never reaching ``Q`` is a failure, 0x in the mean over seeds.
-3. **Greedy forward selection with removal.** Starting from the baseline, each step tries adding
-   every remaining candidate to the current recipe and keeps the best addition if its mean score
-   beats the current recipe's by more than ``min_gain``; then it drops any earlier algorithm whose
-   removal scores at least as well. It ends when no addition helps or the budget is spent.
+3. **Greedy forward selection with removal, from the best start.** The first step races every
+   starting recipe (published or the user's, whole, on every search seed) beside the single
+   candidates; the best starting recipe becomes the current recipe if it beats the baseline and no
+   single candidate scores higher, so the search never settles below it. Each step tries adding
+   every remaining candidate (of an algorithm not yet in the recipe) to the current recipe and keeps
+   the best addition if its mean score beats the current recipe's by more than ``min_gain``; then
+   it drops any earlier algorithm whose removal scores at least as well. It ends when no addition
+   helps or the budget is spent.
 4. **Stopping hopeless trials early.** Within a step, the additions race over the search seeds by
    successive halving: after each seed only the better half of those still ahead of the current
    recipe go on. Along a curve, run lengths go from short to long and stop once the curve reaches
@@ -151,24 +155,45 @@ class GreedySearch:
         self._prefetch([((), seed) for seed in seeds], "search")
         for seed in seeds:
             self.baseline(seed, "search")
+        starts = self._race_starting_recipes()
         while True:
-            pool = [self.settings.config((*self.incumbent, c)) for c in self.settings.search_pool
-                    if c not in self.incumbent]
-            if not pool:
+            present = self.settings.algorithms_in(self.incumbent)  # a unique algorithm is not added twice
+            pool = [self.settings.config((*self.incumbent, c)) for c in self.settings.search_pool if c not in
+                    self.incumbent and not (self.settings.candidate(c).algorithm in present
+                                            and self.settings.candidate(c).algorithm_class().unique)]
+            if not pool and not starts:
                 self.steps.append("every candidate is in the recipe")
                 break
             best, results = self._race(pool)
             bar = mean_score(self.incumbent_scores, seeds)
-            if best is None or mean_score(results[best], seeds) <= bar * (1 + self.settings.min_gain):
-                tail = f"; best addition {config_name(best)} at {mean_score(results[best], seeds):.2f}x" if best else ""
+            best_mean = mean_score(results[best], seeds) if best is not None else 0.0
+            if starts:
+                name, start, scores = max(starts, key=lambda t: mean_score(t[2], seeds))
+                starts = []  # the first step only
+                if mean_score(scores, seeds) > bar and mean_score(scores, seeds) >= best_mean:
+                    self._accept(start, scores)
+                    self.steps.append(f"start from {name}: {config_name(start)} at {mean_score(scores, seeds):.2f}x")
+                    continue
+            if best is None or best_mean <= bar * (1 + self.settings.min_gain):
+                tail = f"; best addition {config_name(best)} at {best_mean:.2f}x" if best else ""
                 self.steps.append(f"no addition beats {config_name(self.incumbent)} ({bar:.2f}x) by more than "
                                   f"{100 * self.settings.min_gain:g} %{tail}: stop")
                 break
             newest = next(c for c in best if c not in self.incumbent)
             self._accept(best, results[best])
-            self.steps.append(f"add {newest}: {config_name(best)} at {mean_score(results[best], seeds):.2f}x")
+            self.steps.append(f"add {newest}: {config_name(best)} at {best_mean:.2f}x")
             self._remove_unhelpful(newest)
         return self.incumbent, self.incumbent_scores
+
+    def _race_starting_recipes(self) -> list[tuple[str, Config, Scores]]:
+        """Score every starting recipe, whole, on every search seed (no halving: the best one is never lost)."""
+        seeds = self.settings.search_seeds
+        configs = {name: self.settings.config(labels) for name, labels in self.settings.starting_recipes.items()}
+        self._prefetch([(config, seed) for seed in seeds for config in configs.values()], "search")
+        raced = [(name, config, self.scores(config, seeds)) for name, config in configs.items()]
+        for name, _, scores in raced:
+            self.steps.append(f"starting recipe {name}: {mean_score(scores, seeds):.2f}x")
+        return raced
 
     def _accept(self, config: Config, scores: Scores) -> None:
         self.incumbent, self.incumbent_scores = config, scores

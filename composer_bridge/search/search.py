@@ -57,6 +57,7 @@ def search_recipe(
     state_dir: str | Path | None = None,
     progress: bool = True,
     executor: Executor | str | None = None,
+    starting_recipes: Mapping[str, Sequence[Candidate | str]] | None = None,
 ) -> SearchResult:
     """Search which candidate algorithms make this model reach the baseline's best quality sooner.
 
@@ -90,6 +91,12 @@ def search_recipe(
             decisions are the same either way (with ``clock="steps"``, exactly the same path).
             A Trainer on several devices (``strategy="ddp", devices=2``) trains each fit in a child
             process whose script is the fit itself, with either executor.
+        starting_recipes: recipes the first step races whole, beside the single candidates, by name
+            (``{"mine": ["BlurPool", Candidate("LabelSmoothing", {"smoothing": 0.1})]}``); the greedy
+            steps then add and remove single candidates from the best of them, so the search never
+            settles below it on its own seeds. ``None`` (default): the published recipes of
+            :mod:`composer_bridge.recipes` that apply whole to this model (``from_recipe``'s labels,
+            ``"mild:BlurPool"``, ...); ``{}``: none. A recipe you name that cannot apply is refused.
 
     Returns:
         A :class:`SearchResult`.
@@ -109,7 +116,8 @@ def _search(make_module: Callable[..., Any], make_data: Callable[[int], Any], *,
             max_train_seconds: float | None, search_seeds: Sequence[int], confirm_seeds: Sequence[int],
             trainer_kwargs: Mapping[str, Any] | None, clock: str, min_gain: float,
             also_confirm: Mapping[str, Sequence[Candidate | str]] | None, state_dir: str | Path | None,
-            progress: bool, executor: Executor | str | None) -> SearchResult:
+            progress: bool, executor: Executor | str | None,
+            starting_recipes: Mapping[str, Sequence[Candidate | str]] | None) -> SearchResult:
     started = (time.perf_counter(), time.process_time())  # the probe and the checks are overhead too
     higher = checks.check_mode(mode)
     lengths = checks.check_run_lengths(run_lengths)
@@ -124,20 +132,27 @@ def _search(make_module: Callable[..., Any], make_data: Callable[[int], Any], *,
     # A recipe to confirm is trained whole or refused: what is reported is exactly what was trained.
     extra = {name: checks.filter_candidates(recipe, probe, lengths[0], explicit=True, what=f"also_confirm[{name!r}]")
              for name, recipe in extra.items()}
-    checks.check_same_labels(pool, extra)
-    checks.warn_small_budget(max_fits, len(lengths), len(search_seeds), len(usable), "fits")
-    everything = usable + [c for recipe in extra.values() for c in recipe if c.label not in {u.label for u in usable}]
+    starts, left_out = _starting_recipes(starting_recipes, probe, lengths[0])
+    checks.check_same_labels(pool, {**{f"also_confirm[{n!r}]": r for n, r in extra.items()},
+                                    **{f"starting_recipes[{n!r}]": r for n, r in starts.items()}})
+    checks.warn_small_budget(max_fits, len(lengths), len(search_seeds), len(usable) + len(starts), "fits")
+    everything = list(usable)
+    for c in (c for recipe in (*extra.values(), *starts.values()) for c in recipe):
+        if c.label not in {e.label for e in everything}:
+            everything.append(c)
     settings = SearchSettings(
         make_module=make_module, make_data=make_data, monitor=monitor, higher=higher, candidates=tuple(everything),
         search_pool=tuple(c.label for c in usable), run_lengths=tuple(lengths), search_seeds=tuple(search_seeds),
         confirm_seeds=tuple(confirm_seeds), clock=clock, trainer_kwargs=tkw, max_fits=max_fits,
-        max_train_seconds=max_train_seconds, min_gain=min_gain)
+        max_train_seconds=max_train_seconds, min_gain=min_gain,
+        starting_recipes={name: tuple(c.label for c in recipe) for name, recipe in starts.items()})
     recorded = _recorded_settings(settings, mode, extra)
     state = SearchState(Path(state_dir) / "search.json" if state_dir is not None else None, recorded)
     runner = _executor(executor)
     bar = _progress_bar(progress, max_fits, max_train_seconds, clock)
     fits = FitScheduler(settings, state, runner, bar, started=started)
     search = GreedySearch(settings, fits)
+    search.steps.extend(f"published recipe {name} is not a starting recipe: {why}" for name, why in left_out.items())
     recipes = {name: settings.config(c.label for c in recipe) for name, recipe in extra.items()}
     stopped = False
     try:
@@ -184,7 +199,20 @@ def _recorded_settings(settings: SearchSettings, mode: str, extra: Mapping[str, 
         "search_candidates": list(settings.search_pool),
         "also_confirm": {name: [c.label for c in recipe] for name, recipe in extra.items()},
         "trainer_kwargs": {k: repr(v) for k, v in sorted(settings.trainer_kwargs.items())},
+        # Only when there are any: a state saved before starting recipes existed loads when none apply.
+        **({"starting_recipes": {name: list(labels) for name, labels in settings.starting_recipes.items()}}
+           if settings.starting_recipes else {}),
     }
+
+
+def _starting_recipes(requested: Mapping[str, Sequence[Candidate | str]] | None, probe: checks.Probe,
+                      steps: int) -> tuple[dict[str, list[Candidate]], dict[str, str]]:
+    """The recipes the first step races whole, and why each published one left out was (``None``: published)."""
+    if requested is None:
+        return checks.published_starting_recipes(probe, steps)
+    return {name: checks.filter_candidates(as_candidates(list(recipe)), probe, steps, explicit=True,
+                                           what=f"starting_recipes[{name!r}]")
+            for name, recipe in requested.items()}, {}
 
 
 def _executor(executor: Executor | str | None) -> Executor:

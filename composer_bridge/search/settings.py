@@ -33,6 +33,8 @@ class SearchSettings:
         candidates: every candidate a fit may use: the search's own and the parts of the recipes to
             confirm beside it; their order is the order of a configuration's labels.
         search_pool: the labels the greedy steps may add (those that apply to this model).
+        starting_recipes: name → configuration (labels) of each recipe the first step races whole
+            beside the single candidates.
         higher: ``True`` when a higher ``monitor`` is better (``mode="max"``).
     """
 
@@ -50,6 +52,7 @@ class SearchSettings:
     max_fits: int | None = None
     max_train_seconds: float | None = None
     min_gain: float = 0.02
+    starting_recipes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def unit(self) -> str:
@@ -59,6 +62,10 @@ class SearchSettings:
     def candidate(self, label: str) -> Candidate:
         """The candidate with this label."""
         return next(c for c in self.candidates if c.label == label)
+
+    def algorithms_in(self, config: Iterable[str]) -> set[str]:
+        """The algorithm classes of a configuration's candidates (``{"MixUp", "EMA"}``)."""
+        return {self.candidate(label).algorithm for label in config}
 
     def config(self, labels: Iterable[str]) -> tuple[str, ...]:
         """The configuration of these labels: in candidate order, so one set of labels has one key."""

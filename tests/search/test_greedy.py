@@ -18,12 +18,16 @@ from composer_bridge.search.settings import SearchSettings
 from composer_bridge.search.state import SearchState
 from composer_bridge.search.trial import FitRecord
 
+#: Each scripted label stands for an algorithm of its own (a unique algorithm is never added twice).
+CLASSES = {"A": "LabelSmoothing", "B": "CutOut", "C": "EMA", "D": "SAM"}
 
-def _settings(labels, lengths, seeds, clock, max_seconds=None) -> SearchSettings:
+
+def _settings(labels, lengths, seeds, clock, max_seconds=None, pool=None, starts=None) -> SearchSettings:
     return SearchSettings(make_module=None, make_data=None, monitor="q", higher=True,
-                          candidates=tuple(Candidate("MixUp", name=n) for n in labels), search_pool=tuple(labels),
-                          run_lengths=tuple(lengths), search_seeds=tuple(seeds), confirm_seeds=(10,), clock=clock,
-                          max_train_seconds=max_seconds)
+                          candidates=tuple(Candidate(CLASSES[n], name=n) for n in labels),
+                          search_pool=tuple(pool or labels), run_lengths=tuple(lengths), search_seeds=tuple(seeds),
+                          confirm_seeds=(10,), clock=clock, max_train_seconds=max_seconds,
+                          starting_recipes=starts or {})
 
 
 def _greedy(settings: SearchSettings) -> tuple[SearchSettings, FitScheduler]:
@@ -33,8 +37,9 @@ def _greedy(settings: SearchSettings) -> tuple[SearchSettings, FitScheduler]:
 class Scripted(GreedySearch):
     """A search whose curves come from ``scores[frozenset(config)]`` (one speed-up for every seed, or per seed)."""
 
-    def __init__(self, scores: dict, seeds=(0, 1), labels=("A", "B", "C"), max_curves: int | None = None) -> None:
-        super().__init__(*_greedy(_settings(labels, [1, 2], seeds, "steps")))
+    def __init__(self, scores: dict, seeds=(0, 1), labels=("A", "B", "C"), max_curves: int | None = None,
+                 pool=None, starts=None) -> None:
+        super().__init__(*_greedy(_settings(labels, [1, 2], seeds, "steps", pool=pool, starts=starts)))
         self.table, self.evaluated, self.max_curves = scores, [], max_curves
 
     def baseline(self, seed, phase):
@@ -88,6 +93,27 @@ def test_a_budget_stop_keeps_the_recipe_accepted_so_far() -> None:
     # 2 baseline curves, step one (A, B, C on seed 0, A on seed 1), step two's A+B and A+C on seed 0: then
     # the budget ends, before A+B (ahead) is scored on seed 1, so the recipe stays A.
     assert search.incumbent == ("A",) and search.evaluated[-1] == (("A", "C"), 0)
+
+
+def test_starting_recipes_race_whole_on_every_seed_and_the_search_never_settles_below_the_best() -> None:
+    # The start C + D is behind the baseline on seed 0 and far ahead on seed 1 (mean 2.0x); the single A
+    # leads on seed 0 (mean 1.25x). Halving would have dropped C + D after seed 0; a start is never halved.
+    scores = {frozenset("A"): {0: 1.5, 1: 1.0}, frozenset("B"): {0: 1.2, 1: 1.0}, frozenset("CD"): {0: 1.0, 1: 3.0},
+              frozenset("ACD"): {0: 1.1, 1: 2.8}, frozenset("BCD"): {0: 1.0, 1: 2.9}}
+    search = Scripted(scores, labels=("A", "B", "C", "D"), pool=("A", "B"), starts={"cd": ("C", "D")})
+    recipe, found = search.run()
+    assert {(c, s) for c, s in search.evaluated if c == ("C", "D")} == {(("C", "D"), 0), (("C", "D"), 1)}
+    assert recipe == ("C", "D") and found == {0: 1.0, 1: 3.0}
+    assert search.steps[0] == "starting recipe cd: 2.00x" and "start from cd: C + D at 2.00x" in search.steps
+    # From the start, single candidates are added (A + C + D, B + C + D: no better), none of C, D twice.
+    assert search.steps[-1].startswith("no addition beats C + D (2.00x)")
+
+
+def test_a_single_candidate_that_beats_every_starting_recipe_is_taken_instead() -> None:
+    scores = {frozenset("A"): 2.5, frozenset("CD"): 1.5, frozenset("AB"): 2.0}
+    search = Scripted(scores, labels=("A", "B", "C", "D"), pool=("A", "B"), starts={"cd": ("C", "D")})
+    recipe, _ = search.run()
+    assert recipe == ("A",) and "add A: A at 2.50x" in search.steps
 
 
 # --- one curve: run lengths short to long, and the two exact early stops ------------------------------
