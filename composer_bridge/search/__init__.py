@@ -13,7 +13,7 @@ Example:
     'MixUp'
 """
 
-from composer_bridge.search.candidates import DEFAULT_CANDIDATES, Candidate, from_recipe
+from composer_bridge.search.candidates import DEFAULT_CANDIDATES, Candidate, from_recipe, with_ladders
 from composer_bridge.search.errors import BudgetWarning, CandidateWarning, SearchInputError
 from composer_bridge.search.executor import Executor, InProcessExecutor
 from composer_bridge.search.ray_executor import RayExecutor
@@ -24,4 +24,5 @@ from composer_bridge.search.state import StaleStateError
 from composer_bridge.search.trial import FitRecord
 
 __all__ = ["DEFAULT_CANDIDATES", "BudgetWarning", "Candidate", "CandidateWarning", "CurveResult", "Executor", "FitRecord", "InProcessExecutor", "SearchInputError",
-           "SearchResult", "SpeedUp", "StaleStateError", "RayExecutor", "from_recipe", "search_recipe", "strict_speedup", "time_to_reach"]
+           "SearchResult", "SpeedUp", "StaleStateError", "RayExecutor", "from_recipe", "search_recipe", "strict_speedup", "time_to_reach",
+           "with_ladders"]

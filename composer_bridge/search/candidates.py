@@ -28,7 +28,8 @@ from composer_bridge.core.algorithm import INPUT_KINDS, Algorithm, declaring
 from composer_bridge.core.batch import get_batch_item
 from composer_bridge.search.errors import SearchInputError
 
-__all__ = ["DEFAULT_CANDIDATES", "Candidate", "applicability", "as_candidates", "from_recipe", "unmet_input_need"]
+__all__ = ["DEFAULT_CANDIDATES", "SETTING_LADDERS", "Candidate", "applicability", "as_candidates", "from_recipe",
+           "ladder", "unmet_input_need", "with_ladders"]
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,50 @@ DEFAULT_CANDIDATES: tuple[Candidate, ...] = (
     Candidate("GhostBatchNorm", {"ghost_batch_size": 32}),
     Candidate("GradientClipping", {"clipping_type": "norm", "clipping_threshold": 1.0}),
 )
+
+
+#: A few settings of each algorithm whose strength decides whether it helps, weakest first: the
+#: published setting and one on either side where the literature uses them. Raced by the same
+#: successive halving as any candidates (:func:`with_ladders`); one rung at most joins a recipe.
+#: EMA has none: its half-life is scaled to at most 5 % of each run, so short runs would see one rung.
+SETTING_LADDERS: dict[str, tuple[dict[str, Any], ...]] = {
+    "LabelSmoothing": ({"smoothing": 0.05}, {"smoothing": 0.1}, {"smoothing": 0.2}),
+    "MixUp": ({"alpha": 0.1}, {"alpha": 0.2}, {"alpha": 0.4}),
+    "CutMix": ({"alpha": 0.5}, {"alpha": 1.0}),
+    "CutOut": ({"length": 0.15}, {"length": 0.25}, {"length": 0.4}),
+    "ProgressiveResizing": ({"initial_scale": 0.75, "delay_fraction": 0.2, "finetune_fraction": 0.2},
+                            {"initial_scale": 0.5, "delay_fraction": 0.4, "finetune_fraction": 0.2}),
+    "SAM": ({"rho": 0.05, "interval": 10}, {"rho": 0.5, "interval": 10}, {"rho": 0.5, "interval": 5}),
+}
+
+
+def ladder(algorithm: str) -> list[Candidate]:
+    """The rungs of ``algorithm``'s settings ladder as candidates, labelled by their settings.
+
+    Example:
+        >>> [c.label for c in ladder("LabelSmoothing")]
+        ['LabelSmoothing(smoothing=0.05)', 'LabelSmoothing(smoothing=0.1)', 'LabelSmoothing(smoothing=0.2)']
+    """
+    if algorithm not in SETTING_LADDERS:
+        raise SearchInputError(f"ladder({algorithm!r}): no settings ladder; those with one: {sorted(SETTING_LADDERS)}.")
+    return [Candidate(algorithm, kwargs, name=f"{algorithm}({', '.join(f'{k}={v}' for k, v in kwargs.items())})")
+            for kwargs in SETTING_LADDERS[algorithm]]
+
+
+def with_ladders(candidates: Sequence[Candidate | str] | None = None) -> list[Candidate]:
+    """``candidates`` (default: :data:`DEFAULT_CANDIDATES`) with each algorithm that has a settings
+    ladder replaced by its rungs; pass the result as ``search_recipe(candidates=...)``.
+
+    Each rung is one more curve per search seed in the first step, so the budget must cover them.
+
+    Example:
+        >>> [c.label for c in with_ladders(["BlurPool", "MixUp"])]
+        ['BlurPool', 'MixUp(alpha=0.1)', 'MixUp(alpha=0.2)', 'MixUp(alpha=0.4)']
+    """
+    out: list[Candidate] = []
+    for c in as_candidates(candidates):
+        out.extend(ladder(c.algorithm) if c.algorithm in SETTING_LADDERS else [c])
+    return out
 
 
 def as_candidates(candidates: Sequence[Candidate | str] | None) -> list[Candidate]:

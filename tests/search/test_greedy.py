@@ -19,7 +19,7 @@ from composer_bridge.search.state import SearchState
 from composer_bridge.search.trial import FitRecord
 
 #: Each scripted label stands for an algorithm of its own (a unique algorithm is never added twice).
-CLASSES = {"A": "LabelSmoothing", "B": "CutOut", "C": "EMA", "D": "SAM"}
+CLASSES = {"A": "LabelSmoothing", "B": "CutOut", "C": "EMA", "D": "SAM", "a": "LabelSmoothing"}
 
 
 def _settings(labels, lengths, seeds, clock, max_seconds=None, pool=None, starts=None) -> SearchSettings:
@@ -114,6 +114,16 @@ def test_a_single_candidate_that_beats_every_starting_recipe_is_taken_instead() 
     search = Scripted(scores, labels=("A", "B", "C", "D"), pool=("A", "B"), starts={"cd": ("C", "D")})
     recipe, _ = search.run()
     assert recipe == ("A",) and "add A: A at 2.50x" in search.steps
+
+
+def test_the_rungs_of_a_settings_ladder_race_in_one_step_and_at_most_one_joins_the_recipe() -> None:
+    # "A" and "a" are two settings of one (unique) algorithm: the better rung is kept, and the next step
+    # tries B beside it but never the other rung.
+    scores = {frozenset("A"): 1.5, frozenset("a"): 1.6, frozenset("B"): 1.2, frozenset("aB"): 1.7}
+    search = Scripted(scores, labels=("A", "a", "B"))
+    recipe, _ = search.run()
+    assert recipe == ("a", "B")
+    assert not any({"A", "a"} <= set(config) for config, _ in search.evaluated)
 
 
 # --- one curve: run lengths short to long, and the two exact early stops ------------------------------
