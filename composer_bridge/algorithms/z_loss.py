@@ -93,6 +93,10 @@ def z_loss(
     return coefficient * (squares * kept).sum() / kept.sum().clamp(min=1)
 
 
+class TargetShapeError(ValueError):
+    """The targets fit neither class indices nor probabilities for the logits."""
+
+
 def ignored_positions(logits: torch.Tensor, target: torch.Tensor, ignore_index: int, class_dim: int) -> torch.Tensor:
     """``True`` where ``target`` marks a position of ``logits`` as ignored (see :func:`z_loss`)."""
     positions = logits.shape[:class_dim % logits.ndim] + logits.shape[class_dim % logits.ndim + 1:]
@@ -100,7 +104,7 @@ def ignored_positions(logits: torch.Tensor, target: torch.Tensor, ignore_index: 
         return ~(target != 0).any(dim=class_dim)
     if not target.is_floating_point() and target.shape == positions:
         return target == ignore_index
-    raise ValueError(
+    raise TargetShapeError(
         f"z_loss: targets of shape {tuple(target.shape)} ({target.dtype}) fit neither class indices for logits "
         f"{tuple(logits.shape)} with the classes along dimension {class_dim} (expected {tuple(positions)}) nor "
         "probabilities shaped like the logits. Fix: pass the targets the loss uses (ZLoss: target_key=), the right "
@@ -146,6 +150,7 @@ class ZLoss(Algorithm):
 
     unique = True
     needs_loss_events = True
+    acts_per_position = True
 
     def __init__(
         self, coefficient: float = 1e-4, target_key: BatchKey | None = 1, ignore_index: int = -100,
@@ -159,6 +164,7 @@ class ZLoss(Algorithm):
         self.ignore_index = ignore_index
         self.class_dim = class_dim
         self._term: torch.Tensor | None = None  # computed at AFTER_FORWARD, added at AFTER_LOSS
+        self._with_the_loss = False  # the targets did not fit the logits at AFTER_FORWARD
 
     def match(self, event: Event, state: State) -> bool:
         return event in (Event.AFTER_FORWARD, Event.AFTER_LOSS)
@@ -167,6 +173,26 @@ class ZLoss(Algorithm):
         if event == Event.AFTER_FORWARD:
             # the targets are read here, before BEFORE_LOSS: algorithms that replace them (LabelSmoothing,
             # MixUp) have not run yet, so the ignored positions are still visible
+            try:
+                self._term, self._with_the_loss = self._computed(state), False
+            except TargetShapeError:  # a plain module's derived targets (Hugging Face's shifted labels): read with the loss
+                self._term, self._with_the_loss = None, True
+        elif self._term is not None or self._with_the_loss:
+            replacing = [type(a).__name__ for a in state.algorithms if getattr(a, "replaces_targets", False)]
+            if self._with_the_loss and replacing:
+                raise ValueError(
+                    f"ZLoss reads the ignored positions from the targets the step derives (the labels shifted inside "
+                    f"the model), but {', '.join(replacing)} replaced them first, so the positions the loss leaves out "
+                    "can no longer be told apart. Fix: use composer_bridge.hf.HuggingFaceModel (the targets stay the "
+                    f"batch's), or leave {', '.join(replacing)} out beside ZLoss."
+                )
+            term = self._computed(state) if self._with_the_loss else self._term
+            assert term is not None
+            state.loss = state.loss + term.to(state.loss.dtype)
+            self._term, self._with_the_loss = None, False
+
+    def _computed(self, state: State) -> torch.Tensor:
+        if True:
             logits, target, class_dim = self._logits_and_targets(state)
             if logits.ndim < 1 or logits.shape[class_dim] < 2:
                 raise ValueError(
@@ -175,10 +201,7 @@ class ZLoss(Algorithm):
                     "logsumexp is the output itself and the term would only shrink it. Fix: leave ZLoss out for this "
                     "model, or output one logit per class."
                 )
-            self._term = z_loss(logits, target, self.coefficient, self.ignore_index, class_dim)
-        elif self._term is not None:
-            state.loss = state.loss + self._term.to(state.loss.dtype)
-            self._term = None
+            return z_loss(logits, target, self.coefficient, self.ignore_index, class_dim)
 
     def _logits_and_targets(self, state: State) -> tuple[torch.Tensor, torch.Tensor | None, int]:
         outputs = state.outputs

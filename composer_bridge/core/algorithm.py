@@ -67,6 +67,10 @@ class Algorithm(ABC):
     #: Mixes the loss of two targets (MixUp, CutMix); several together compound their mixing,
     #: which the default passes and ``plan()`` warn about.
     interpolates_loss: bool = False
+    #: Reads the logits and targets of the step's loss position by position and adds to the loss,
+    #: replacing nothing (ZLoss): on a plain module it needs neither ``forward(inputs)`` nor the
+    #: batch's own target tensor, so it acts on targets the step derives (Hugging Face's shifted labels).
+    acts_per_position: bool = False
     #: Changes the training examples (inputs or targets) before the model sees them (MixUp,
     #: CutMix, CutOut, ColOut, RandAugment, ...); ``plan()`` warns when one runs before a
     #: ``runs_first`` algorithm.

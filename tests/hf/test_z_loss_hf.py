@@ -69,12 +69,27 @@ class PlainHFModule(L.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.1)
 
 
-def test_a_plain_module_returning_the_models_own_loss_is_refused_before_any_weight_changes(llama: Any) -> None:
+def test_a_plain_module_returning_the_models_own_loss_trains_as_the_hand_written_loss(llama: Any) -> None:
+    model = llama()
+    reference = copy.deepcopy(model)
+    callback = AlgorithmEngineCallback([ZLoss(coefficient=COEFFICIENT, target_key="labels")])
+    quiet_trainer(max_steps=1, callbacks=[callback]).fit(PlainHFModule(model), DataLoader(batches(), batch_size=None))
+    hand_loss(reference, batches()[0]).backward()
+    with torch.no_grad():
+        for p in reference.parameters():
+            if p.grad is not None:
+                p -= 0.1 * p.grad
+    for (name, ours), theirs in zip(model.state_dict().items(), reference.state_dict().values(), strict=True):
+        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_beside_label_smoothing_on_the_models_own_loss_it_is_refused_before_any_weight_changes(llama: Any) -> None:
+    from composer_bridge.algorithms import LabelSmoothing
+
     model = llama()
     before = copy.deepcopy(model.state_dict())
-    callback = AlgorithmEngineCallback([ZLoss(target_key="labels")])
-    with pytest.raises(Exception, match=r"ZLoss.*batch\['labels'\].*Fix: ") as raised:
+    callback = AlgorithmEngineCallback([ZLoss(target_key="labels"), LabelSmoothing(0.1, target_key="labels")])
+    with pytest.raises(Exception, match=r"LabelSmoothing replaced them first.*Fix: "):
         quiet_trainer(max_steps=1, callbacks=[callback]).fit(PlainHFModule(model), DataLoader(batches(), batch_size=None))
-    assert "HuggingFaceModel" in str(raised.value) or "ComposerModule" in str(raised.value)
     for name, value in model.state_dict().items():
         assert torch.equal(value, before[name]), name

@@ -147,7 +147,8 @@ def check_plain_module(algorithms: Sequence[Algorithm], module: torch.nn.Module)
 
 def _check_forward_takes_inputs(needy: Sequence[Algorithm], module: torch.nn.Module) -> None:
     """Refuse, at setup, ranking examples with ``module(inputs)`` when ``forward`` needs more than the inputs."""
-    ranking = [a for a in needy if not getattr(a, "interpolates_loss", False) and not getattr(a, "replaces_targets", False)]
+    ranking = [a for a in needy if not getattr(a, "interpolates_loss", False) and not getattr(a, "replaces_targets", False)
+               and not getattr(a, "acts_per_position", False)]
     if not ranking or not callable(getattr(module, "forward", None)):
         return
     try:

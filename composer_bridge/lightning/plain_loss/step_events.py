@@ -137,7 +137,8 @@ class PlainLossStep:
         self._interpolating = [a for a in needy if getattr(a, "interpolates_loss", False)]
         # the algorithms that call loss(): not those that only replace the targets
         self._loss_users = [
-            a for a in needy if getattr(a, "interpolates_loss", False) or not getattr(a, "replaces_targets", False)
+            a for a in needy if getattr(a, "interpolates_loss", False)
+            or not (getattr(a, "replaces_targets", False) or getattr(a, "acts_per_position", False))
         ]
         self._call: LossCall | None = None
         self._several_calls = False
@@ -150,7 +151,8 @@ class PlainLossStep:
         # LabelSmoothing acts on each target position by itself, so it can act on targets the step derives
         # (Hugging Face's shifted labels); algorithms that act per sample need the batch's own targets
         self._per_position_only = all(
-            getattr(a, "replaces_targets", False) and not getattr(a, "mixes_examples", False) for a in needy
+            (getattr(a, "replaces_targets", False) or getattr(a, "acts_per_position", False))
+            and not getattr(a, "mixes_examples", False) for a in needy
         )
         self._state = state
         state.loss_source = self
@@ -332,7 +334,8 @@ class PlainLossStep:
             if direct else ""
         )
         target = record.target
-        per_sample = [a for a in self._needy if not getattr(a, "replaces_targets", False) or getattr(a, "mixes_examples", False)]
+        per_sample = [a for a in self._needy if not (getattr(a, "replaces_targets", False) or getattr(a, "acts_per_position", False))
+                      or getattr(a, "mixes_examples", False)]
         if record.others and per_sample:
             hint += (
                 f" {names_of(per_sample)} acts per sample, so it needs the batch's own target tensor (or a view of it: "
