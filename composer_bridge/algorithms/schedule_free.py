@@ -53,7 +53,7 @@ def switches_modes(optimizer: Any) -> bool:
 def schedule_free_counterpart(optimizer: torch.optim.Optimizer, warmup_steps: int = 0) -> torch.optim.Optimizer:
     """The schedule-free optimizer that replaces ``optimizer`` (``AdamW`` or ``SGD``), same parameters and hyper-parameters.
 
-    Each parameter group keeps its ``lr`` and ``weight_decay``; AdamW's ``betas`` and ``eps``, SGD's
+    Each parameter group keeps its ``lr`` (the one it was built with, before any scheduler scaled it) and ``weight_decay``; AdamW's ``betas`` and ``eps``, SGD's
     ``momentum`` (which must be > 0: schedule-free SGD interpolates with it) carry over. Options with
     no schedule-free counterpart (``amsgrad``, ``maximize``, SGD's ``nesterov``/``dampening``) are refused.
     Call it before ``optimizer`` has stepped (its state does not carry over).
@@ -83,7 +83,10 @@ def schedule_free_counterpart(optimizer: torch.optim.Optimizer, warmup_steps: in
         if "momentum" in keys and not 0 < group["momentum"] < 1:
             raise ValueError(f"ScheduleFree(replace=True): SGD(momentum={group['momentum']!r}); schedule-free SGD needs a "
                              "momentum in (0, 1) (its interpolation weight), e.g. momentum=0.9.")
-        groups.append({"params": list(group["params"]), **{k: group[k] for k in keys}})
+        # the learning rate the user built the optimizer with: a scheduler has already scaled ``lr`` for
+        # its first step (a warm-up's tiny factor) and keeps the built one as ``initial_lr``
+        built = {**{k: group[k] for k in keys}, "lr": group.get("initial_lr", group["lr"])}
+        groups.append({"params": list(group["params"]), **built})
     return factory(groups, warmup_steps=warmup_steps)
 
 

@@ -177,6 +177,24 @@ def test_replace_builds_the_schedule_free_adamw_drops_the_scheduler_and_says_so(
     assert_same_weights(weights_of(hand_loop(4)[0]), weights_of(model.net))
 
 
+def test_replace_takes_the_learning_rate_the_user_built_not_the_warm_up_s_first_step() -> None:
+    """A warm-up scheduler has already scaled ``lr`` for its first step when the optimizer is handed over; the
+    counterpart must train at the built rate (here a 1/20 warm-up would leave it at LR / 20 for the whole run)."""
+
+    class WarmupModule(UserModule):
+        def configure_optimizers(self) -> Any:
+            self.opt = torch.optim.AdamW(self.parameters(), lr=LR, weight_decay=0.01)
+            warmup = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda step: min(1.0, (step + 1) / 20))
+            return {"optimizer": self.opt, "lr_scheduler": {"scheduler": warmup, "interval": "step"}}
+
+    model = WarmupModule(optimizer="adamw")
+    model._mode = lambda hook: None  # type: ignore[method-assign]
+    trainer = quiet_trainer(max_steps=2, max_epochs=-1, callbacks=[AlgorithmEngineCallback([ScheduleFree(replace=True)])])
+    with pytest.warns(UserWarning, match="drops its LR scheduler"):
+        trainer.fit(model, image_loader(n=32, batch_size=16))
+    assert trainer.optimizers[0].param_groups[0]["lr"] == LR
+
+
 def refused(algorithms: list[Any], match: str, model: Any = None) -> None:
     callback = AlgorithmEngineCallback(algorithms)
     with pytest.raises(Exception, match=match):
