@@ -246,6 +246,12 @@ class Muon(Algorithm):
             except (ValueError, TypeError) as error:
                 raise ValueError(f"{self!r}: {error}") from None
 
+    def finds_nothing_in(self, model: torch.nn.Module) -> str | None:
+        if muon_parameters(model):
+            return None
+        return (f"Muon finds no hidden weight matrix in {type(model).__name__} (only the 2-D weights of nn.Linear "
+                "layers other than the output layer and embeddings go to Muon)")
+
     def match(self, event: Event, state: State) -> bool:
         return event in (Event.INIT, Event.FIT_START)
 

@@ -23,6 +23,8 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import torch
+
     from composer_bridge.core.event import Event
     from composer_bridge.core.logger import Logger
     from composer_bridge.core.state import State
@@ -129,6 +131,14 @@ class Algorithm(ABC):
     @abstractmethod
     def apply(self, event: Event, state: State, logger: Logger) -> int | None:
         """Change ``state`` in place; the return value is stored as the trace's exit code."""
+
+    def finds_nothing_in(self, model: torch.nn.Module) -> str | None:
+        """Why this algorithm would have nothing to act on in ``model`` (``None``: it would act).
+
+        Read by the recipe search before it offers the algorithm (surgery algorithms are checked by
+        running their surgery on a copy instead). Muon, for instance, needs a hidden ``nn.Linear``.
+        """
+        return None
 
     @classmethod
     def required_on_load(cls) -> bool:

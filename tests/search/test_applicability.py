@@ -135,3 +135,21 @@ def test_an_explicit_request_that_cannot_apply_is_refused_naming_the_algorithm_w
     assert "['CutMix'] cannot apply" in message and "(N, C, H, W)" in message  # which, and why
     assert "remove CutMix from" in message  # the fix
     assert "MixUp" not in message.split("(")[0]  # MixUp itself is not refused
+
+
+def test_the_newer_methods_are_default_candidates_offered_where_they_find_something() -> None:
+    """Muon, WarmupStableDecay, QKNorm and ZLoss are among the defaults; Muon is offered on a model with a
+    hidden nn.Linear and left out, with the reason, where the only Linear is the output layer."""
+    from composer_bridge.models.gpt import GPT
+    from composer_bridge.search import DEFAULT_CANDIDATES
+    from composer_bridge.search.candidates import applicability
+
+    names = [c.algorithm for c in DEFAULT_CANDIDATES]
+    assert {"Muon", "WarmupStableDecay", "QKNorm", "ZLoss"} <= set(names)
+    muon = next(c for c in DEFAULT_CANDIDATES if c.algorithm == "Muon")
+    signal = torch.randn(8, 1, 40), torch.zeros(8, dtype=torch.long)
+    reason = applicability(muon, SignalClassifier(), signal, 10)
+    assert reason is not None and "no hidden weight matrix in SignalClassifier" in reason
+    tokens = torch.randint(0, 16, (2, 8))
+    assert applicability(muon, GPT(vocab_size=16, block_size=8, d_model=16, n_layers=1, n_heads=2), (tokens, tokens),
+                         10) is None
