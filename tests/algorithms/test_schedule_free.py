@@ -22,6 +22,7 @@ from helpers.support import (
 
 from composer_bridge import AlgorithmEngineCallback
 from composer_bridge.algorithms import EMA, SAM, Muon, ScheduleFree, WarmupStableDecay
+from composer_bridge.core import torch_versions
 from composer_bridge.models import ResNetCNN
 
 schedulefree = pytest.importorskip("schedulefree")
@@ -207,7 +208,9 @@ def test_refusals_name_the_conflict_and_the_fix(monkeypatch: pytest.MonkeyPatch)
     refused([ScheduleFree()], r"returns an LR scheduler \(StepLR\) with a schedule-free optimizer",
             UserModule(scheduler=True))
     refused([ScheduleFree(), WarmupStableDecay()], "ScheduleFree and WarmupStableDecay both replace the learning-rate")
-    refused([Muon(), ScheduleFree()], "Muon and ScheduleFree both take over the optimizer")
+    # where torch has no Muon (before 2.9), Muon refuses first, naming the version
+    refused([Muon(), ScheduleFree()], "Muon and ScheduleFree both take over the optimizer"
+            if torch_versions.at_least(torch_versions.MUON) else r"Muon \(torch.optim.Muon\) needs torch>=2.9")
     refused([ScheduleFree(), EMA()], "ScheduleFree and EMA cannot run together")
     refused([ScheduleFree(), SAM()], "ScheduleFree and SAM cannot run together")
     with pytest.raises(ValueError, match="warmup_steps"):
