@@ -200,6 +200,21 @@ def test_language_fast_recipe_warms_up_the_sequence_length() -> None:
     assert (warmup.duration, warmup.min_seq_length, warmup.max_seq_length, warmup.step_size) == (0.3, 8, 128, 8)
 
 
+def test_the_muon_wsd_recipe_is_the_combination_that_was_measured() -> None:
+    """What docs/benchmarks.md measured as "new-all" (benchmarks/language_methods_cpu.json) is the recipe, argument
+    for argument; only ZLoss's target_key was the example's dict key there ("labels")."""
+    import json
+    from pathlib import Path
+
+    measured = json.loads((Path(__file__).parents[1] / "benchmarks/language_methods_cpu.json").read_text())
+    recorded = [(c["algorithm"], dict(c["kwargs"])) for c in measured["settings"]["algorithms"]["new-all"]]
+    recorded = [(name, {k: v for k, v in kw.items() if k != "target_key"}) for name, kw in recorded]
+    assert recorded == [(name, dict(kw)) for name, kw in recipes.LANGUAGE_RECIPES["muon-wsd"]]
+    built = recipes.language("muon-wsd", max_seq_length=128, zloss={"target_key": "labels"})
+    assert [type(a).__name__ for a in built] == ["Muon", "WarmupStableDecay", "QKNorm", "ZLoss"]
+    assert (built[0].lr, built[3].class_dim, built[3].target_key) == (0.02, -1, "labels")
+
+
 @pytest.mark.parametrize("bad", [0, -3, 1.5, True, "128"])
 def test_language_needs_a_positive_integer_length(bad: object) -> None:
     with pytest.raises(ValueError, match="max_seq_length"):
