@@ -136,7 +136,8 @@ class BlurConv2d(nn.Module):
         if isinstance(out_channels, bool):  # BlurConv2d(conv, False): the surgery's positional blur_first
             blur_first, out_channels = out_channels, None
         if not isinstance(conv, nn.Conv2d):
-            conv = self._new_conv(conv, out_channels, kernel_size, stride, padding, dilation, groups, bias, blur_first)
+            conv = self._new_conv(conv, out_channels=out_channels, kernel_size=kernel_size, stride=stride,
+                                  padding=padding, dilation=dilation, groups=groups, bias=bias, blur_first=blur_first)
         self.blur_first = blur_first
         self.stride = _pair(conv.stride)
         if not blur_first:
@@ -147,7 +148,7 @@ class BlurConv2d(nn.Module):
 
     @staticmethod
     def _new_conv(
-        in_channels: object, out_channels: int | None, kernel_size: int | tuple[int, int] | None,
+        in_channels: object, *, out_channels: int | None, kernel_size: int | tuple[int, int] | None,
         stride: int | tuple[int, int] | None, padding: int | tuple[int, int], dilation: int | tuple[int, int],
         groups: int, bias: bool, blur_first: bool,
     ) -> nn.Conv2d:
