@@ -153,6 +153,10 @@ class QKNormProjection(nn.Module):
         self.eps = eps
         self.q_norm = HeadRMSNorm(head_dim, eps) if queries is not None else None
         self.k_norm = HeadRMSNorm(head_dim, eps) if keys is not None else None
+        # the normalised column ranges in the order they come, fixed here: forward then only loops over a
+        # constant list (torch 2.6's compiler and torch.export refuse a sort with keys inside forward)
+        named = [(r, which) for r, which in ((self.queries, "q_norm"), (self.keys, "k_norm")) if r is not None]
+        self._ranges: tuple[tuple[tuple[int, int], str], ...] = tuple(sorted(named))
 
     # Code that reads the projection's tensors through the attention module (ALiBi's surgery reads
     # ``qkv.bias``) finds them here as on the projection itself.
@@ -170,13 +174,11 @@ class QKNormProjection(nn.Module):
         out = self.projection(*args, **kwargs)
         lead = out.shape[:-1]
         blocks = out.reshape(*lead, self.blocks, out.shape[-1] // self.blocks)
-        ranges = sorted((r, norm) for r, norm in ((self.queries, self.q_norm), (self.keys, self.k_norm))
-                        if r is not None and norm is not None)
         pieces, position = [], 0
-        for (start, stop), norm in ranges:
+        for (start, stop), which in self._ranges:
             pieces.append(blocks[..., position:start])
             heads = blocks[..., start:stop].unflatten(-1, (-1, self.head_dim))
-            pieces.append(norm(heads).flatten(-2))
+            pieces.append(getattr(self, which)(heads).flatten(-2))
             position = stop
         pieces.append(blocks[..., position:])
         return torch.cat(pieces, dim=-1).reshape(*lead, out.shape[-1])
