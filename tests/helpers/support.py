@@ -135,10 +135,7 @@ def run_ddp_script(body: str, tmp_path: Path, timeout: float = 240) -> subproces
     returns the completed process (stdout/stderr captured). Lightning launches the second rank.
     """
     script = tmp_path / "ddp_script.py"
-    # the process group is closed before exit: left to interpreter shutdown, gloo's threads can abort
-    # the process ("terminate called without an active exception", seen under load)
-    tail = "\nimport torch.distributed\nif torch.distributed.is_initialized():\n    torch.distributed.destroy_process_group()\n"
-    script.write_text(textwrap.dedent(body) + tail)
+    script.write_text(STACKS_ON_SIGUSR1 + textwrap.dedent(body) + END_OF_DDP_SCRIPT)
     return run_ddp_file(script, [], tmp_path, timeout)
 
 
@@ -159,9 +156,49 @@ def run_ddp_file(
     for inherited in ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "GROUP_RANK", "RANK"):
         env.pop(inherited, None)
     env.update(extra_env or {})
-    return subprocess.run(
-        [sys.executable, str(script), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
-    )
+    # its own process group, so that a launch that hangs can be told to show where (both ranks) and be stopped whole
+    process = subprocess.Popen([sys.executable, str(script), *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        stdout, stderr = _stop_hung_launch(process)
+        raise AssertionError(f"{script.name} (2 processes) did not finish in {timeout:g} s; where each process "
+                             f"stood when stopped (stderr, last 8,000 characters):\n{stderr[-8000:]}") from None
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+#: the last lines of every script run_ddp_script writes. Once both ranks are here (their files written), each
+#: process ends at once, without tearing its gloo process group down: torch 2.6 can deadlock there under load
+#: (destroy_process_group joins gloo's worker thread while holding the GIL, and the worker waits for the GIL to
+#: free the tensors of its last finished collective; seen in CI on the oldest corner), and left to interpreter
+#: shutdown gloo's threads can abort the process ("terminate called without an active exception").
+END_OF_DDP_SCRIPT = """
+import os as _os, sys as _sys, torch.distributed as _dist
+if _dist.is_initialized():
+    _dist.barrier()
+    _sys.stdout.flush(); _sys.stderr.flush()
+    _os._exit(0)
+"""
+
+#: the first lines of every script run_ddp_script writes: SIGUSR1 prints every thread's stack to stderr
+STACKS_ON_SIGUSR1 = "import faulthandler as _fh, signal as _sig\n_fh.register(_sig.SIGUSR1, all_threads=True)\n"
+
+
+def _stop_hung_launch(process: subprocess.Popen) -> tuple[str, str]:
+    """Ask every process of a hung launch for its stacks (SIGUSR1), then kill them all; their output."""
+    import signal
+
+    for sig, wait in ((signal.SIGUSR1, 5.0), (signal.SIGKILL, 30.0)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            return process.communicate(timeout=wait)
+        except subprocess.TimeoutExpired:
+            continue
+    return process.communicate()
 
 
 class ResumableLoader:
