@@ -13,9 +13,10 @@ with ``ResNetCNN(widths=(16, 32))``, SGD with a one-cycle schedule scaled to eac
 Candidates: BlurPool, LabelSmoothing, MixUp, CutOut, EMA, ProgressiveResizing and ChannelsLast; the
 published vision recipes that apply are the search's starting recipes, and ``mild`` is confirmed
 beside the search's pick. **Language**: the 2-layer character-level GPT of ``examples/language.py``;
-candidates GradientClipping, GatedLinearUnits, SeqLengthWarmup and ALiBi; ``gpt-fast`` without
-LowPrecisionLayerNorm (which replaces nothing in a full-precision CPU run, so the search refuses
-it) is the starting recipe and is confirmed beside the pick.
+candidates GradientClipping, GatedLinearUnits, SeqLengthWarmup and ALiBi, and Muon, WarmupStableDecay,
+QKNorm and ZLoss; the published ``gpt-fast`` without LowPrecisionLayerNorm (which replaces nothing in
+a full-precision CPU run, so the search refuses it) and ``muon-wsd`` are the starting recipes and are
+confirmed beside the pick.
 
 The search runs in this process, one torch thread, timed in process CPU seconds; with
 ``--executor ray --workers N`` (``pip install 'composer-bridge[ray]'``) N fits run at once, each a Ray
@@ -91,6 +92,11 @@ LANGUAGE_CANDIDATES = [
     Candidate("GatedLinearUnits"),
     Candidate("SeqLengthWarmup", {"duration": 0.3, "min_seq_length": 8, "max_seq_length": LM_BLOCK, "step_size": 8}),
     Candidate("Alibi", {"max_sequence_length": LM_BLOCK, "train_sequence_length_scaling": 0.25}),
+    # the methods language training adopted since, with the settings of the published "muon-wsd"
+    Candidate("Muon", {"lr": 0.02}),
+    Candidate("WarmupStableDecay"),
+    Candidate("QKNorm"),
+    Candidate("ZLoss", {"class_dim": -1}),
 ]
 
 
@@ -127,7 +133,9 @@ def main(argv: list[str] | None = None) -> Any:
         published = {"published gpt-fast without LowPrecisionLayerNorm": [
             c for c in from_recipe("gpt-fast", prefix="gpt-fast", max_seq_length=LM_BLOCK)
             if c.algorithm != "LowPrecisionLayerNorm"]}
-        starts = dict(published)  # none of the published language recipes applies whole here
+        # the published language recipes as starting recipes: gpt-fast as confirmed here, and muon-wsd
+        published["published muon-wsd"] = from_recipe("muon-wsd", prefix="muon-wsd")
+        starts = dict(published)
         lengths = [2, 4] if args.quick else [25, 50, 100]
     if args.quick:
         candidates = candidates[:2]

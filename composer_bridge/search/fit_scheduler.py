@@ -47,7 +47,6 @@ class _Pending:
     config: Config
     seed: int
     records: list[Any]
-    goal: CurveGoal | None = None  # None for a baseline curve: all its lengths are trained
     done: bool = False
 
     @property
@@ -159,14 +158,17 @@ class FitScheduler:
 
     # --- fits side by side -------------------------------------------------------------------------
 
-    def prefetch(self, wanted: Sequence[tuple[Config, int]], phase: str, goal: Callable[[int], CurveGoal]) -> None:
+    def prefetch(self, wanted: Sequence[tuple[Config, int]], phase: str,
+                 goal: Callable[[Config, int], CurveGoal]) -> None:
         """Train, side by side, the fits the curves ``wanted`` (in the search's order) will ask for.
 
         Only with a concurrent executor; the search then replays its decisions from the cache, in
         its own order, so the path does not depend on which fit finished first. A curve's next run
-        length starts only when its shorter ones have not settled it against ``goal(seed)`` (baseline
-        curves have no early stop: all their lengths start at once). A fit the budget certainly
-        cannot reach (counting only fits known to come before it) is not started.
+        length starts only when its shorter ones have not settled it against ``goal(config, seed)``,
+        asked again each time (a goal may rise as other curves finish; baseline curves have no early
+        stop: all their lengths start at once). A goal may stop a curve later than the search will, never
+        sooner: the fits trained beyond what the search reads are in the state, not in its decisions. A
+        fit the budget certainly cannot reach (counting only fits known to come before it) is not started.
         """
         if not self.executor.concurrent:
             return
@@ -174,29 +176,28 @@ class FitScheduler:
         for config, seed in wanted:
             if all(c.key != (config, seed) for c in curves):
                 curves.append(_Pending(config, seed, [None] * len(self.settings.run_lengths)))
-        for c in curves:
-            if c.config:
-                c.goal = goal(c.seed)  # from the baseline curve: cached, baselines are prefetched first
         flying: dict[int, tuple[_Pending, int]] = {}
         for c in curves:
-            self._launch(c, curves, phase, flying)
+            self._launch(c, curves, phase, flying, goal)
         while flying:
             ticket, outcome = self._wait()
             c, i = flying.pop(ticket)
             c.records[i] = self._record(c.config, c.seed, self.settings.run_lengths[i], phase, outcome)
-            self._launch(c, curves, phase, flying)
+            for d in curves:  # a finished curve may raise another's goal: each decides again
+                self._launch(d, curves, phase, flying, goal)
 
-    def _launch(self, c: _Pending, curves: list[_Pending], phase: str, flying: dict[int, tuple[_Pending, int]]) -> None:
+    def _launch(self, c: _Pending, curves: list[_Pending], phase: str, flying: dict[int, tuple[_Pending, int]],
+                goal: Callable[[Config, int], CurveGoal]) -> None:
         """Start ``c``'s next fits: every length of a baseline curve; for a candidate, the next length
         once the shorter ones are in and leave its score open."""
         lengths = self.settings.run_lengths
         while not c.done:
-            if c.goal is not None:
+            if c.config:  # a baseline curve trains every length; its goal comes from the baseline curve itself
                 n = c.prefix()
                 if n < len(lengths) and c.records[n] is _FLYING:
                     return
                 points = [(r.seconds, r.quality) for r in c.records[:n] if not r.error]
-                if n == len(lengths) or c.goal.settled(points) is not None:
+                if n == len(lengths) or goal(c.config, c.seed).settled(points) is not None:
                     c.done = True
                     return
                 todo = [n]
@@ -212,7 +213,7 @@ class FitScheduler:
                 else:
                     flying[self.executor.submit(self.settings.task(c.config, c.seed, lengths[i]))] = (c, i)
                     c.records[i] = _FLYING
-            if c.goal is None or c.records[todo[0]] is _FLYING:
+            if not c.config or c.records[todo[0]] is _FLYING:
                 return
 
     def _reachable(self, c: _Pending, index: int, curves: list[_Pending]) -> bool:

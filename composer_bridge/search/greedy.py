@@ -8,10 +8,11 @@ Method (docs/search.md has the reasoning):
 2. **Score.** A configuration's score on a seed is its strict speed-up
    (:func:`composer_bridge.search.scoring.strict_speedup`): the baseline's time to ``Q`` over the
    configuration's time to ``Q``; never reaching ``Q`` is a failure, 0x in the mean over seeds.
-3. **Greedy forward selection with removal, from the best start.** The first step races every
-   starting recipe (published or the user's, whole, on every search seed) beside the single
-   candidates; the best starting recipe becomes the current recipe if it beats the baseline and no
-   single candidate scores higher, so the search never settles below it. Each step tries adding
+3. **Greedy forward selection with removal, from the best start.** The first step races the
+   starting recipes (published or the user's, whole): seed by seed, in their order, only the leader
+   (the best mean so far) going on to the next seed. Then the single candidates race against the
+   best of them (step 4); the best starting recipe becomes the current recipe if it beats the
+   baseline and no single candidate scores higher, so the search never settles below it. Each step tries adding
    every remaining candidate (of an algorithm not yet in the recipe) to the current recipe and keeps
    the best addition if its mean score beats the current recipe's by more than ``min_gain``; then
    it drops any earlier algorithm whose removal scores at least as well. It ends when no addition
@@ -19,8 +20,11 @@ Method (docs/search.md has the reasoning):
 4. **Stopping hopeless trials early.** Within a step, the additions race over the search seeds by
    successive halving: after each seed only the better half of those still ahead of the current
    recipe go on. Along a curve, run lengths go from short to long and stop once the curve reaches
-   ``Q`` (longer runs cannot change its score), or once its training time passes the baseline's
-   time to ``Q`` without reaching it (it cannot beat the baseline on that seed: a failure).
+   ``Q`` (longer runs cannot change its score), once its training time passes the baseline's
+   time to ``Q`` without reaching it (it cannot beat the baseline on that seed: a failure), or once
+   it can no longer end ahead of the recipe it races (a run of ``t`` seconds short of ``Q`` caps the
+   speed-up below ``t_base / t``: :class:`~composer_bridge.search.scoring.CurveGoal`). Such a
+   curve would have been dropped after that seed anyway, so the decisions are those of full curves.
 5. **Confirmation.** The chosen recipe (and any ``also_confirm`` recipes) and the baseline are
    trained on the confirmation seeds, which the search never saw; only those numbers are the result.
 
@@ -47,7 +51,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from composer_bridge.search.fit_scheduler import FitScheduler
 from composer_bridge.search.results import Config, CurveResult, config_name
@@ -87,6 +91,7 @@ class GreedySearch:
     def __init__(self, settings: SearchSettings, fits: FitScheduler) -> None:
         self.settings, self.fits = settings, fits
         self.curves: dict[tuple[Config, int], CurveResult] = {}
+        self._read: dict[tuple[Config, int], list] = {}  # each curve's fits read so far, by run length
         self.steps: list[str] = []
         self.incumbent: Config = ()
         self.incumbent_scores: Scores = {s: 1.0 for s in settings.search_seeds}
@@ -110,42 +115,56 @@ class GreedySearch:
             self.curves[key] = CurveResult((), seed, phase, points, "baseline", 1.0)
         return self.curves[key]
 
-    def goal(self, seed: int, phase: str) -> CurveGoal:
-        """What a curve on ``seed`` races: the baseline's ``Q`` and time to it (the early stop in the search only)."""
-        return CurveGoal.of(self.baseline(seed, phase).points, self.settings.higher, search=phase == "search")
+    def goal(self, seed: int, phase: str, beat: float = 1.0) -> CurveGoal:
+        """What a curve on ``seed`` races: the baseline's ``Q`` and time to it, and the speed-up it must beat
+        (the early stops in the search only)."""
+        return CurveGoal.of(self.baseline(seed, phase).points, self.settings.higher, search=phase == "search",
+                            beat=beat)
 
-    def curve(self, config: Config, seed: int, phase: str) -> CurveResult:
-        """``config``'s curve on ``seed``, run lengths short to long until it is settled (steps 2 and 4;
-        :meth:`~composer_bridge.search.scoring.CurveGoal.settled` says when)."""
+    def curve(self, config: Config, seed: int, phase: str, beat: float = 1.0) -> CurveResult:
+        """``config``'s curve on ``seed``, run lengths short to long until it is settled against ``beat``
+        (steps 2 and 4; :meth:`~composer_bridge.search.scoring.CurveGoal.settled` says when).
+
+        A curve stopped because it could not beat a faster recipe goes on from where it stopped when
+        it is asked for again against a lower one (its fits are read once)."""
         if not config:
             return self.baseline(seed, phase)
         key = (config, seed)
-        if key not in self.curves:
-            goal = self.goal(seed, phase)
-            points: list[tuple[float, float]] = []
-            status = "never reached Q"
-            for steps in self.settings.run_lengths:
-                record = self.fits.fit(config, seed, steps, phase)
-                if record.error:  # a fit that failed twice is no point of the curve; the next length may still be
-                    continue
-                points.append((record.seconds, record.quality))
-                settled = goal.settled(points)
-                if settled is not None:
-                    status = settled
-                    break
-            if points and time_to_reach(points, goal.q, self.settings.higher) is not None:
-                status = "reached Q"  # a confirmation curve goes on past Q, within the baseline's training time
-            base = self.baseline(seed, phase).points
-            speed = strict_speedup(base, points, self.settings.higher)[0] if status == "reached Q" else None
-            self.curves[key] = CurveResult(config, seed, phase, points, status, speed)
+        cached = self.curves.get(key)
+        if cached is not None and (cached.stopped_below is None or beat >= cached.stopped_below):
+            return cached
+        goal = self.goal(seed, phase, beat)
+        read = self._read.setdefault(key, [])
+        points = [(r.seconds, r.quality) for r in read if not r.error]
+        settled = goal.settled(points) if points else None
+        for steps in self.settings.run_lengths[len(read):]:
+            if settled is not None:
+                break
+            record = self.fits.fit(config, seed, steps, phase)
+            read.append(record)
+            if record.error:  # a fit that failed twice is no point of the curve; the next length may still be
+                continue
+            points.append((record.seconds, record.quality))
+            settled = goal.settled(points)
+        status = settled or "never reached Q"
+        if points and time_to_reach(points, goal.q, self.settings.higher) is not None:
+            status = "reached Q"  # a confirmation curve goes on past Q, within the baseline's training time
+        base = self.baseline(seed, phase).points
+        speed = strict_speedup(base, points, self.settings.higher)[0] if status == "reached Q" else None
+        below = beat if status.startswith("stopped: cannot beat") else None
+        self.curves[key] = CurveResult(config, seed, phase, points, status, speed, stopped_below=below)
         return self.curves[key]
 
     def scores(self, config: Config, seeds: Sequence[int]) -> Scores:
         return {seed: self.curve(config, seed, "search").speedup for seed in seeds}
 
-    def _prefetch(self, wanted: Sequence[tuple[Config, int]], phase: str) -> None:
-        """Tell the scheduler which curves come next, in this order (it may train them side by side)."""
-        self.fits.prefetch([w for w in wanted if w not in self.curves], phase, lambda seed: self.goal(seed, phase))
+    def _prefetch(self, wanted: Sequence[tuple[Config, int]], phase: str,
+                  beat: Callable[[Config, int], float] | None = None) -> None:
+        """Tell the scheduler which curves come next, in this order (it may train them side by side);
+        ``beat(config, seed)``: what each must beat, as far as known now (never above what :meth:`curve` will ask)."""
+        settled = [w for w in wanted if w in self.curves and self.curves[w].stopped_below is None]
+        self.fits.prefetch([w for w in wanted if w not in settled], phase,
+                           lambda config, seed: self.goal(seed, phase, beat(config, seed) if beat else 1.0))
 
     # --- step 3: greedy forward selection with removal ---------------------------------------------
 
@@ -164,15 +183,18 @@ class GreedySearch:
             if not pool and not starts:
                 self.steps.append("every candidate is in the recipe")
                 break
-            best, results = self._race(pool)
             bar = mean_score(self.incumbent_scores, seeds)
+            start = starts[0] if starts and mean_score(starts[0][2], seeds) > bar else None
+            starts = []  # the first step only
+            # the first step's singles race against the best starting recipe, when it beats the baseline
+            best, results = self._race(pool, *((start[2], start[0]) if start else
+                                               (self.incumbent_scores, config_name(self.incumbent))))
             best_mean = mean_score(results[best], seeds) if best is not None else 0.0
-            if starts:
-                name, start, scores = max(starts, key=lambda t: mean_score(t[2], seeds))
-                starts = []  # the first step only
-                if mean_score(scores, seeds) > bar and mean_score(scores, seeds) >= best_mean:
-                    self._accept(start, scores)
-                    self.steps.append(f"start from {name}: {config_name(start)} at {mean_score(scores, seeds):.2f}x")
+            if start is not None:
+                name, config, scores = start
+                if mean_score(scores, seeds) >= best_mean:
+                    self._accept(config, scores)
+                    self.steps.append(f"start from {name}: {config_name(config)} at {mean_score(scores, seeds):.2f}x")
                     continue
             if best is None or best_mean <= bar * (1 + self.settings.min_gain):
                 tail = f"; best addition {config_name(best)} at {best_mean:.2f}x" if best else ""
@@ -186,14 +208,64 @@ class GreedySearch:
         return self.incumbent, self.incumbent_scores
 
     def _race_starting_recipes(self) -> list[tuple[str, Config, Scores]]:
-        """Score every starting recipe, whole, on every search seed (no halving: the best one is never lost)."""
+        """The best starting recipe, ``[(name, config, scores on every search seed)]`` (``[]``: none).
+
+        Seed by seed, every recipe still racing is scored in the order given; a curve stops once it
+        can no longer beat the leader (the best mean over the seeds so far among those scored before
+        it), and only the leader goes on to the next seed.
+        """
         seeds = self.settings.search_seeds
         configs = {name: self.settings.config(labels) for name, labels in self.settings.starting_recipes.items()}
-        self._prefetch([(config, seed) for seed in seeds for config in configs.values()], "search")
-        raced = [(name, config, self.scores(config, seeds)) for name, config in configs.items()]
-        for name, _, scores in raced:
-            self.steps.append(f"starting recipe {name}: {mean_score(scores, seeds):.2f}x")
-        return raced
+        alive, results = list(configs), {name: {} for name in configs}
+        for i, seed in enumerate(seeds):
+            earlier = {name: sum(results[name][s] or 0.0 for s in seeds[:i]) for name in alive}
+            self._prefetch([(configs[name], seed) for name in alive], "search",
+                           lambda config, s, names=tuple(alive), seed=seed, earlier=earlier:
+                           self._leader_known(config, seed, [(configs[n], earlier[n]) for n in names]))
+            leader, lead = None, 0.0
+            for name in alive:
+                beat = lead - earlier[name] if leader is not None else 1.0
+                results[name][seed] = self.curve(configs[name], seed, "search", beat).speedup
+                total = earlier[name] + (results[name][seed] or 0.0)
+                if leader is None or total > lead:
+                    leader, lead = name, total
+            dropped = [n for n in alive if n != leader]
+            if dropped:
+                self.steps.append(f"starting recipes after seed {seed}: {leader} leads at "
+                                  f"{lead / (i + 1):.2f}x; {', '.join(dropped)} stopped")
+            alive = [leader] if leader is not None else []
+        if not alive:
+            return []
+        name = alive[0]
+        self.steps.append(f"starting recipe {name}: {mean_score(results[name], seeds):.2f}x")
+        return [(name, configs[name], results[name])]
+
+    def _leader_known(self, config: Config, seed: int, order: list[tuple[Config, float]]) -> float:
+        """For the fits trained ahead: what ``config`` must beat on ``seed`` among the starting recipes
+        before it in ``order`` (``(config, its sum over earlier seeds)``), counting only the curves
+        already known to have reached ``Q``: never more than the search itself will ask."""
+        earlier = dict(order)
+        lead = 0.0
+        for other, other_earlier in order:
+            if other == config:
+                break
+            known = self._known_speedup(other, seed)
+            if known is not None:
+                lead = max(lead, other_earlier + known)
+        return max(1.0, lead - earlier[config])
+
+    def _known_speedup(self, config: Config, seed: int) -> float | None:
+        """``config``'s speed-up on ``seed`` from the fits trained so far, if they already reach ``Q``."""
+        points = []
+        for steps in self.settings.run_lengths:
+            record = self.fits.cache.get((config, seed, steps))
+            if record is None:
+                return None
+            if not record.error:
+                points.append((record.seconds, record.quality))
+                if time_to_reach(points, self.goal(seed, "search").q, self.settings.higher) is not None:
+                    return strict_speedup(self.baseline(seed, "search").points, points, self.settings.higher)[0]
+        return None
 
     def _accept(self, config: Config, scores: Scores) -> None:
         self.incumbent, self.incumbent_scores = config, scores
@@ -215,17 +287,21 @@ class GreedySearch:
 
     # --- step 4: successive halving over the search seeds ------------------------------------------
 
-    def _race(self, pool: list[Config]) -> tuple[Config | None, dict[Config, Scores]]:
-        """Race ``pool`` seed by seed; after each seed but the last, only the better half of those ahead
-        of the current recipe go on. Returns the best one left (``None``: none stayed ahead) and every score."""
+    def _race(self, pool: list[Config], bar_scores: Scores, bar_name: str) -> tuple[Config | None, dict[Config, Scores]]:
+        """Race ``pool`` seed by seed against ``bar_scores`` (the current recipe's, or in the first step the
+        best starting recipe's); after each seed but the last, only the better half of those ahead of it
+        go on, and a curve stops once it cannot end ahead. Returns the best one left (``None``: none
+        stayed ahead) and every score."""
         seeds = self.settings.search_seeds
         survivors, results = list(pool), {cfg: {} for cfg in pool}
         for i, seed in enumerate(seeds):
-            self._prefetch([(cfg, seed) for cfg in survivors], "search")
-            for cfg in survivors:
-                results[cfg][seed] = self.curve(cfg, seed, "search").speedup
             seen = seeds[: i + 1]
-            bar = mean_score(self.incumbent_scores, seen)
+            bar_sum = sum(bar_scores[s] or 0.0 for s in seen)
+            beat = {cfg: bar_sum - sum(results[cfg][s] or 0.0 for s in seeds[:i]) for cfg in survivors}
+            self._prefetch([(cfg, seed) for cfg in survivors], "search", lambda config, _seed, beat=beat: beat[config])
+            for cfg in survivors:
+                results[cfg][seed] = self.curve(cfg, seed, "search", beat[cfg]).speedup
+            bar = mean_score(bar_scores, seen)
             ahead = sorted((c for c in survivors if mean_score(results[c], seen) > bar),
                            key=lambda c: -mean_score(results[c], seen))
             if i < len(seeds) - 1:
@@ -233,7 +309,7 @@ class GreedySearch:
             dropped = [c for c in survivors if c not in ahead]
             if dropped and i < len(seeds) - 1:
                 self.steps.append(f"after seed {seed}: {', '.join(config_name(c) for c in dropped)} stopped "
-                                  f"(behind {config_name(self.incumbent)}'s {bar:.2f}x or in the lower half)")
+                                  f"(behind {bar_name}'s {bar:.2f}x or in the lower half)")
             survivors = ahead
             if not survivors:
                 break

@@ -67,7 +67,10 @@ def summary(result: SearchResult) -> str:
         f"Search: {cost['search_fits']} fits, {cost['search_train']:.1f} {unit} of training "
         f"({cost['search_in_baseline_runs']:.1f} baseline-run equivalents; one baseline run = every run length on one "
         f"seed = {cost['baseline_run']:.1f} {unit}){', stopped by the budget' if result.stopped_by_budget else ''}; "
-        f"confirmation: {cost['confirm_fits']} fits, {cost['confirm_train']:.1f} {unit}. Clock: {cost['clock_means']}.")
+        + (f"and {cost['search_unread_fits']} fits trained ahead that no decision needed, "
+           f"{cost['search_unread_train']:.1f} {unit} ({cost['search_trained_in_baseline_runs']:.1f} baseline-run "
+           "equivalents trained in all); " if cost.get("search_unread_fits") else "")
+        + f"confirmation: {cost['confirm_fits']} fits, {cost['confirm_train']:.1f} {unit}. Clock: {cost['clock_means']}.")
     frac = cost["overhead_fraction_of_budget"]
     lines.append(f"The search's own overhead (everything outside the fits): {cost['overhead_cpu_s']:.2f} s CPU, "
                  f"{cost['overhead_s']:.2f} s wall" + (f", {100 * frac:.1f} % of the budget" if frac is not None else "")

@@ -41,8 +41,9 @@ class CurveResult:
     seed: int
     phase: str
     points: list[tuple[float, float]]
-    status: str  #: "reached Q", "never reached Q", "stopped: past the baseline's time to Q", "baseline"
+    status: str  #: "reached Q", "never reached Q", "stopped: past the baseline's time to Q", "baseline", "stopped: cannot beat 2.50x"
     speedup: float | None
+    stopped_below: float | None = None  #: the speed-up it could not beat, where it stopped for that reason
 
 
 @dataclass(kw_only=True)

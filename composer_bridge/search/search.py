@@ -249,6 +249,10 @@ def _cost(settings: SearchSettings, fits: FitScheduler) -> dict[str, Any]:
     confirm_s = sum(f.seconds for f in fits.confirm_fits)
     used = fits.used_fits()
     trained_wall = sum(f.wall_s for f in used)
+    # fits trained ahead, side by side, that the decisions then did not need (a curve stopped sooner than the
+    # scheduler could know): paid for, so part of the cost, though no decision rests on them
+    read = {id(f) for f in used}
+    unread = [f for f in state.fits if f.phase == "search" and id(f) not in read] if fits.trained else []
     budget = max_seconds if max_seconds is not None else (search_s if max_fits is not None else float("nan"))
     overhead = state.overhead_cpu_s if settings.clock == "cpu" else state.overhead_s
     return {
@@ -257,6 +261,9 @@ def _cost(settings: SearchSettings, fits: FitScheduler) -> dict[str, Any]:
         "search_train": search_s, "confirm_train": confirm_s,
         "baseline_run": one_baseline,  # one baseline curve: every run length, one seed
         "search_in_baseline_runs": search_s / one_baseline if one_baseline else float("nan"),
+        "search_unread_fits": len(unread), "search_unread_train": sum(f.seconds for f in unread),
+        "search_trained_in_baseline_runs": ((search_s + sum(f.seconds for f in unread)) / one_baseline
+                                            if one_baseline else float("nan")),
         "max_fits": max_fits, "max_train": max_seconds,
         # The search's own time outside the fits (probe, checks, bookkeeping, state writes), all calls together.
         "overhead_s": state.overhead_s, "overhead_cpu_s": state.overhead_cpu_s,

@@ -38,22 +38,32 @@ class Scripted(GreedySearch):
     """A search whose curves come from ``scores[frozenset(config)]`` (one speed-up for every seed, or per seed)."""
 
     def __init__(self, scores: dict, seeds=(0, 1), labels=("A", "B", "C"), max_curves: int | None = None,
-                 pool=None, starts=None) -> None:
+                 pool=None, starts=None, cut: bool = False) -> None:
         super().__init__(*_greedy(_settings(labels, [1, 2], seeds, "steps", pool=pool, starts=starts)))
-        self.table, self.evaluated, self.max_curves = scores, [], max_curves
+        self.table, self.evaluated, self.max_curves, self.cut = scores, [], max_curves, cut
+        self.beats: dict = {}  # (config, seed) -> the speed-up each curve was asked to beat, the last time
 
     def baseline(self, seed, phase):
         return self.curve((), seed, phase)
 
-    def curve(self, config, seed, phase):
+    def curve(self, config, seed, phase, beat=1.0):
+        """With ``cut``: a curve that cannot beat ``beat`` stops with no score (as soon as it could in a real
+        run), and is asked again from where it stopped against a lower ``beat``."""
         key = (config, seed)
-        if key not in self.curves:
-            if self.max_curves is not None and len(self.evaluated) >= self.max_curves:
-                raise BudgetExhausted(f"{self.max_curves} curves")
-            self.evaluated.append(key)
+        self.beats[key] = beat
+        cached = self.curves.get(key)
+        if cached is None or (cached.stopped_below is not None and beat < cached.stopped_below):
+            if cached is None:
+                if self.max_curves is not None and len(self.evaluated) >= self.max_curves:
+                    raise BudgetExhausted(f"{self.max_curves} curves")
+                self.evaluated.append(key)
             value = self.table.get(frozenset(config), 0.5) if config else 1.0
             value = value[seed] if isinstance(value, dict) else value
-            self.curves[key] = CurveResult(config, seed, phase, [], "scripted", value)
+            if self.cut and config and beat > 1.0 and (value is None or value < beat):
+                self.curves[key] = CurveResult(config, seed, phase, [], f"stopped: cannot beat {beat:.2f}x", None,
+                                               stopped_below=beat)
+            else:
+                self.curves[key] = CurveResult(config, seed, phase, [], "scripted", value)
         return self.curves[key]
 
 
@@ -95,9 +105,9 @@ def test_a_budget_stop_keeps_the_recipe_accepted_so_far() -> None:
     assert search.incumbent == ("A",) and search.evaluated[-1] == (("A", "C"), 0)
 
 
-def test_starting_recipes_race_whole_on_every_seed_and_the_search_never_settles_below_the_best() -> None:
+def test_a_lone_starting_recipe_races_whole_on_every_seed_and_the_search_never_settles_below_it() -> None:
     # The start C + D is behind the baseline on seed 0 and far ahead on seed 1 (mean 2.0x); the single A
-    # leads on seed 0 (mean 1.25x). Halving would have dropped C + D after seed 0; a start is never halved.
+    # leads on seed 0 (mean 1.25x). Halving would have dropped C + D after seed 0; the leading start goes on.
     scores = {frozenset("A"): {0: 1.5, 1: 1.0}, frozenset("B"): {0: 1.2, 1: 1.0}, frozenset("CD"): {0: 1.0, 1: 3.0},
               frozenset("ACD"): {0: 1.1, 1: 2.8}, frozenset("BCD"): {0: 1.0, 1: 2.9}}
     search = Scripted(scores, labels=("A", "B", "C", "D"), pool=("A", "B"), starts={"cd": ("C", "D")})
@@ -107,6 +117,45 @@ def test_starting_recipes_race_whole_on_every_seed_and_the_search_never_settles_
     assert search.steps[0] == "starting recipe cd: 2.00x" and "start from cd: C + D at 2.00x" in search.steps
     # From the start, single candidates are added (A + C + D, B + C + D: no better), none of C, D twice.
     assert search.steps[-1].startswith("no addition beats C + D (2.00x)")
+
+
+def test_only_the_leading_starting_recipe_goes_on_and_a_start_that_cannot_lead_stops_early() -> None:
+    # seed 0: s1 (C) 2.0x leads; s2 (D) 1.5x cannot beat it and stops (no score); s3 (B + D) 2.4x takes the
+    # lead. Seed 1: only s3, the leader, is scored.
+    scores = {frozenset("C"): 2.0, frozenset("D"): 1.5, frozenset("BD"): {0: 2.4, 1: 2.2}}
+    search = Scripted(scores, labels=("A", "B", "C", "D"), pool=("A",), cut=True,
+                      starts={"s1": ("C",), "s2": ("D",), "s3": ("B", "D")})
+    recipe, found = search.run()
+    assert search.beats[(("D",), 0)] == 2.0 and search.curves[(("D",), 0)].speedup is None
+    assert search.beats[(("B", "D"), 0)] == 2.0
+    assert {c for c, s in search.evaluated if s == 1 and len(c) > 1 or c in {("C",), ("D",)} and s == 1} \
+        == {("B", "D")}
+    assert "starting recipes after seed 0: s3 leads at 2.40x; s1, s2 stopped" in search.steps
+    assert recipe == ("B", "D") and found == {0: 2.4, 1: 2.2}
+    # the single A races against s3 (2.4x on seed 0): it must beat that to go on, and cannot
+    assert search.beats[(("A",), 0)] == pytest.approx(2.4)
+
+
+def test_stopping_curves_that_cannot_beat_the_recipe_they_race_changes_no_decision() -> None:
+    # Random tables of per-seed speed-ups (failures among them), with and without the early stop against
+    # the raced recipe (as early as it could ever happen): the same recipe, scores and steps every time,
+    # and never a curve more.
+    import random
+
+    rng = random.Random(7)
+    labels = ("A", "B", "C", "D")
+    for _ in range(300):
+        table = {}
+        for n in range(1, 5):
+            for combo in __import__("itertools").combinations(labels, n):
+                table[frozenset(combo)] = {s: (None if rng.random() < 0.1 else round(rng.uniform(0.5, 4.0), 2))
+                                           for s in (0, 1, 2)}
+        starts = {"s1": ("A", "B"), "s2": ("C", "D"), "s3": ("B", "C", "D")}
+        runs = [Scripted(table, seeds=(0, 1, 2), labels=labels, starts=starts, cut=cut) for cut in (False, True)]
+        (full, full_scores), (cut, cut_scores) = (r.run() for r in runs)
+        assert full == cut and full_scores == cut_scores
+        assert [x for x in runs[0].steps if "cannot" not in x] == [x for x in runs[1].steps if "cannot" not in x]
+        assert set(runs[1].evaluated) <= set(runs[0].evaluated)
 
 
 def test_a_single_candidate_that_beats_every_starting_recipe_is_taken_instead() -> None:
@@ -163,6 +212,21 @@ def test_a_curve_past_the_baselines_time_to_q_stops_as_a_failure() -> None:
     curve = search.curve(("B",), 0, "search")
     assert curve.status == "stopped: past the baseline's time to Q" and curve.speedup is None
     assert len(curve.points) == 2
+
+
+def test_a_curve_that_cannot_beat_the_recipe_it_races_stops_and_goes_on_later_against_a_lower_one() -> None:
+    # The baseline reaches Q = 0.6 at 4.0 s. Raced against 3x, A's 1-step run (1.5 s, below Q) caps its
+    # speed-up below 4.0 / 1.5 = 2.67x: it stops there, its 2-step fit not trained.
+    search = _curve_search({**BASELINE, (("A",), 0, 1): (1.5, 0.4), (("A",), 0, 2): (3.0, 0.65)})
+    curve = search.curve(("A",), 0, "search", beat=3.0)
+    assert curve.status == "stopped: cannot beat 3.00x" and curve.speedup is None and curve.stopped_below == 3.0
+    assert [(tuple(f.config), f.steps) for f in search.fits.search_fits][3:] == [(("A",), 1)]
+    assert search.curve(("A",), 0, "search", beat=3.5) is curve  # a higher bar: nothing more to learn
+    # Against 2x it goes on from the 2-step fit (the 1-step one is not read twice) and reaches Q.
+    again = search.curve(("A",), 0, "search", beat=2.0)
+    assert again.status == "reached Q" and again.stopped_below is None
+    assert again.speedup == pytest.approx(4.0 / (1.5 + 1.5 * (0.6 - 0.4) / (0.65 - 0.4)))
+    assert [(tuple(f.config), f.steps) for f in search.fits.search_fits][3:] == [(("A",), 1), (("A",), 2)]
 
 
 def test_confirmation_curves_are_not_stopped_early_by_the_baselines_time() -> None:
