@@ -1,9 +1,11 @@
-"""One small recipe search three ways: in this process, on Ray with one worker, on Ray with two workers.
+"""One small recipe search four ways: in this process, on Ray with one worker, on Ray with two workers,
+and on Ray with two workers that speculate (``RayExecutor(speculate=True)``: an idle worker trains a
+curve's next run length before its shorter run is back).
 
     python benchmarks/search_executors.py --out benchmarks/search_executors_cpu.json
 
-The clock is ``"steps"``, so the three must make the same decisions and train the same fits; what
-differs is the wall time. Ray is started by this script (``ray.init(num_cpus=workers)``, timed apart)
+The clock is ``"steps"``, so the four must make the same decisions and read the same fits (the
+speculating one may train more: they are counted); what differs is the wall time. Ray is started by this script (``ray.init(num_cpus=workers)``, timed apart)
 and each fit holds one core (``cpus_per_fit=1``, one torch thread). Ray's overhead per fit is the wall
 time of the one-worker search minus the in-process search's, over the fits trained.
 
@@ -55,7 +57,7 @@ def run(executor: Any) -> dict[str, Any]:
         wall = time.perf_counter() - started
     return {"wall_s": wall, "recipe": [c.label for c in result.recipe], "steps": result.steps,
             "fits": sorted([f.phase, f.config, f.seed, f.steps, f.quality] for f in result.fits),
-            "fits_trained": result.cost["fits_trained_now"],
+            "fits_trained": result.cost["fits_trained_now"], "fits_unread": result.cost["search_unread_fits"],
             "fit_wall_sum_s": sum(f.fit_wall_s for f in result.fits)}
 
 
@@ -73,21 +75,27 @@ def main() -> None:
         ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
         runs[f"ray_start_{workers}_s"] = time.perf_counter() - started
         runs[f"ray_{workers}"] = run(RayExecutor(cpus_per_fit=1))
+        if workers == 2:
+            runs["ray_2_speculate"] = run(RayExecutor(cpus_per_fit=1, speculate=True))
         ray.shutdown()
     runs["load_average_after"] = os.getloadavg()
-    base, one, two = runs["in_process"], runs["ray_1"], runs["ray_2"]
-    runs["same_decisions"] = base["steps"] == one["steps"] == two["steps"] and base["fits"] == one["fits"] == two["fits"]
+    base, one, two, spec = runs["in_process"], runs["ray_1"], runs["ray_2"], runs["ray_2_speculate"]
+    runs["same_decisions"] = (base["steps"] == one["steps"] == two["steps"] == spec["steps"]
+                              and base["fits"] == one["fits"] == two["fits"] == spec["fits"])
     runs["wall_ratio_in_process_over_ray_2"] = base["wall_s"] / two["wall_s"]
+    runs["wall_ratio_in_process_over_ray_2_speculate"] = base["wall_s"] / spec["wall_s"]
     runs["ray_overhead_per_fit_s"] = (one["wall_s"] - base["wall_s"]) / one["fits_trained"]
     runs["machine"] = f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, ray {ray.__version__}"
     runs["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                                     check=False).stdout.strip()
     runs["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     Path(args.out).write_text(json.dumps(runs, indent=1))
-    for key in ("same_decisions", "wall_ratio_in_process_over_ray_2", "ray_overhead_per_fit_s"):
+    for key in ("same_decisions", "wall_ratio_in_process_over_ray_2", "wall_ratio_in_process_over_ray_2_speculate",
+                "ray_overhead_per_fit_s"):
         print(key, runs[key])
-    for key in ("in_process", "ray_1", "ray_2"):
-        print(key, f"{runs[key]['wall_s']:.1f} s wall, {runs[key]['fits_trained']} fits, recipe {runs[key]['recipe']}")
+    for key in ("in_process", "ray_1", "ray_2", "ray_2_speculate"):
+        print(key, f"{runs[key]['wall_s']:.1f} s wall, {runs[key]['fits_trained']} fits trained "
+                   f"({runs[key]['fits_unread']} unread), recipe {runs[key]['recipe']}")
     print("load average", runs["load_average_before"], "->", runs["load_average_after"])
 
 

@@ -116,6 +116,8 @@ def main(argv: list[str] | None = None) -> Any:
                         help="local: one fit at a time here; ray: side by side as Ray tasks")
     parser.add_argument("--workers", type=int, default=2, help="with --executor ray: fits at once (one core each)")
     parser.add_argument("--address", default=None, help="with --executor ray: a running cluster (host:6379)")
+    parser.add_argument("--speculate", action="store_true",
+                        help="with --executor ray: idle workers train a curve's next run length ahead")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)  # steadier CPU timings on shared cores; these models gain nothing from more
     out = Path(args.out or f"outputs/search_{args.task}{'_quick' if args.quick else ''}")
@@ -145,7 +147,8 @@ def main(argv: list[str] | None = None) -> Any:
     if args.executor == "ray":
         from composer_bridge.search import RayExecutor
 
-        executor = RayExecutor(address=args.address, workers=None if args.address else args.workers, cpus_per_fit=1)
+        executor = RayExecutor(address=args.address, workers=None if args.address else args.workers, cpus_per_fit=1,
+                               speculate=args.speculate)
     result = search_recipe(
         make_module, make_data, monitor=monitor, mode=mode, candidates=candidates,
         run_lengths=args.run_lengths or lengths, max_train_seconds=None if args.quick else budget,

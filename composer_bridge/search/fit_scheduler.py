@@ -179,12 +179,38 @@ class FitScheduler:
         flying: dict[int, tuple[_Pending, int]] = {}
         for c in curves:
             self._launch(c, curves, phase, flying, goal)
+        self._speculate(curves, phase, flying)
         while flying:
             ticket, outcome = self._wait()
             c, i = flying.pop(ticket)
             c.records[i] = self._record(c.config, c.seed, self.settings.run_lengths[i], phase, outcome)
             for d in curves:  # a finished curve may raise another's goal: each decides again
                 self._launch(d, curves, phase, flying, goal)
+            self._speculate(curves, phase, flying)
+
+    def _speculate(self, curves: list[_Pending], phase: str, flying: dict[int, tuple[_Pending, int]]) -> None:
+        """With an executor that speculates: while a worker would wait, start the next run length of the
+        first curve (in the search's order) whose shorter run is still training."""
+        if not getattr(self.executor, "speculate", False):
+            return
+        lengths, slots = self.settings.run_lengths, self.executor.slots()  # type: ignore[attr-defined]
+        started = True
+        while started and len(flying) < slots:
+            started = False
+            for c in curves:
+                if c.done or not c.config or len(flying) >= slots:
+                    continue
+                n = c.prefix()
+                ahead = next((i for i in range(n + 1, len(lengths)) if c.records[i] is None), None)
+                if n == len(lengths) or c.records[n] is not _FLYING or ahead is None:
+                    continue
+                cached = self.cache.get((c.config, c.seed, lengths[ahead]))
+                if cached is not None:
+                    c.records[ahead] = cached
+                elif phase == "confirm" or self._reachable(c, ahead, curves):
+                    flying[self.executor.submit(self.settings.task(c.config, c.seed, lengths[ahead]))] = (c, ahead)
+                    c.records[ahead] = _FLYING
+                    started = True
 
     def _launch(self, c: _Pending, curves: list[_Pending], phase: str, flying: dict[int, tuple[_Pending, int]],
                 goal: Callable[[Config, int], CurveGoal]) -> None:

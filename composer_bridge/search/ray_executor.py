@@ -85,6 +85,10 @@ class RayExecutor:
             ``accelerator`` is ``"gpu"``/``"cuda"`` (or ``"auto"`` with a GPU here), else 0.
         runtime_env: Ray's ``runtime_env`` for the workers of a cluster (e.g. ``{"working_dir": "."}``
             so they can import your project).
+        speculate: ``True``: a worker that would otherwise wait trains the next run length of a curve
+            whose shorter run is still training, before that run says whether it is needed. The search's
+            decisions are unchanged; it finishes sooner, and the fits no decision needed are reported
+            apart in its cost (``cost["search_unread_fits"]``). Off by default: they cost compute.
 
     A fit whose worker dies (killed, out of memory) is run once more by Ray; a second death is
     recorded as a failed fit with the reason and the search goes on. An error raised by your own
@@ -94,7 +98,8 @@ class RayExecutor:
     concurrent = True
 
     def __init__(self, address: str | None = None, workers: int | None = None, cpus_per_fit: float | None = None,
-                 gpus_per_fit: float | None = None, runtime_env: dict[str, Any] | None = None) -> None:
+                 gpus_per_fit: float | None = None, runtime_env: dict[str, Any] | None = None,
+                 speculate: bool = False) -> None:
         if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
             raise SearchInputError(f"workers={workers!r}: expected a positive int (fits at once), or None.")
         for name, value in (("cpus_per_fit", cpus_per_fit), ("gpus_per_fit", gpus_per_fit)):
@@ -102,6 +107,10 @@ class RayExecutor:
                 raise SearchInputError(f"{name}={value!r}: expected a number >= 0, or None for the default.")
         self.address, self.workers, self.runtime_env = address, workers, runtime_env
         self.cpus_per_fit, self.gpus_per_fit = cpus_per_fit, gpus_per_fit
+        if not isinstance(speculate, bool):
+            raise SearchInputError(f"speculate={speculate!r}: expected True or False.")
+        self.speculate = speculate
+        self._slots = 1
         self._ray: Any = None
         self._remote: Any = None
         self._started_here = False
@@ -145,6 +154,8 @@ class RayExecutor:
                 f"{sample.trainer_kwargs.get('devices', 'auto')!r}, cpus_per_fit={self.cpus_per_fit!r}, "
                 f"gpus_per_fit={self.gpus_per_fit!r}), but the largest machine of the Ray cluster has "
                 f"{biggest[0]:g} cores and {biggest[1]:g} GPUs. Use fewer devices per fit, or a larger machine.")
+        self._slots = max(1, sum(min(math.floor(r.get("CPU", 0) / cpus) if cpus else 1 << 30,
+                                     math.floor(r.get("GPU", 0) / gpus) if gpus else 1 << 30) for r in nodes))
         threads = max(1, math.floor(cpus))
         self._remote = ray.remote(num_cpus=cpus, num_gpus=gpus, max_retries=ATTEMPTS - 1)(_run)
         self._threads = threads
@@ -180,6 +191,10 @@ class RayExecutor:
 
     def pending(self) -> int:
         return len(self._pending)
+
+    def slots(self) -> int:
+        """How many fits the cluster holds at once (its machines' cores and GPUs over each fit's), at start."""
+        return self._slots
 
     def close(self) -> None:
         if self._ray is None:

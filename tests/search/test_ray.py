@@ -57,6 +57,46 @@ def test_the_search_on_ray_takes_the_sequential_path_and_picks_the_same_recipe(l
     assert parallel.cost["fits_trained_now"] == sequential.trained
 
 
+class WatchedRay(RayExecutor):
+    """A RayExecutor that notes each candidate fit submitted while a shorter fit of the same curve was training."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.training: dict[int, tuple] = {}
+        self.ahead: list[tuple] = []
+
+    def submit(self, task) -> int:
+        ticket = super().submit(task)
+        curve = (tuple(c.label for c in task.candidates), task.seed)
+        if curve[0] and any(c == curve and steps < task.steps for c, steps in self.training.values()):
+            self.ahead.append((*curve, task.steps))
+        self.training[ticket] = (curve, task.steps)
+        return ticket
+
+    def next_done(self):
+        ticket, outcome = super().next_done()
+        del self.training[ticket]
+        return ticket, outcome
+
+
+def test_a_speculating_search_decides_as_the_sequential_one_and_reports_what_it_trained_ahead(
+        local_ray, sequential, tmp_path) -> None:
+    # Idle workers train the next run length before the shorter run says whether it is needed: the same
+    # fits read, the same decisions; any fit no decision read is in the cost, apart.
+    watched = WatchedRay(cpus_per_fit=1, speculate=True)
+    parallel = search_recipe(make_module, task.make_data, state_dir=tmp_path, executor=watched, **KWARGS)
+    assert parallel.steps == sequential.steps and _rows(parallel) == _rows(sequential)
+    assert parallel.confirmed == sequential.confirmed
+    assert watched.ahead, "no fit was started ahead of its curve's shorter run"
+    trained = len(json.loads((tmp_path / "search.json").read_text())["fits"])
+    assert trained == parallel.cost["fits_trained_now"] >= sequential.trained
+    assert parallel.cost["search_unread_fits"] == trained - len(parallel.fits)
+    # without speculate, a curve's next run length never starts before its shorter one is back
+    plain = WatchedRay(cpus_per_fit=1)
+    search_recipe(make_module, task.make_data, state_dir=tmp_path / "plain", executor=plain, **KWARGS)
+    assert plain.ahead == []
+
+
 def test_a_killed_worker_is_retried_and_the_search_ends_as_without_the_kill(local_ray, sequential, tmp_path) -> None:
     marker = tmp_path / "killed"
     result = _parallel(tmp_path / "state", KillingFactory(8, str(marker), make_module))
@@ -106,6 +146,8 @@ def test_bad_ray_input_is_refused_before_training(local_ray, tmp_path) -> None:
         _parallel(tmp_path, lambda n: make_module(n))
     with pytest.raises(SearchInputError, match="3 cores and 0 GPUs.*largest machine of the Ray cluster has 2 cores"):
         search_recipe(make_module, task.make_data, state_dir=tmp_path, executor=RayExecutor(cpus_per_fit=3), **KWARGS)
+    with pytest.raises(SearchInputError, match="speculate='yes': expected True or False"):
+        RayExecutor(speculate="yes")
     assert not (tmp_path / "search.json").exists()
 
 
