@@ -219,15 +219,17 @@ def published_starting_recipes(found: Probe, steps: int) -> tuple[dict[str, list
 
     Returns ``(recipes, left_out)``: the recipes as candidates (labels ``"<recipe>:<class name>"``)
     and, for each recipe left out, why (its first part that cannot apply). A language recipe's
-    ``max_seq_length`` is the length of the probe batch's token sequences.
+    ``max_seq_length`` is the length of the probe batch's token sequences (its first 2-D integer tensor:
+    ``input_ids`` in a dict batch, the inputs in a tuple).
     """
     from composer_bridge import recipes as published
     from composer_bridge.search.candidates import from_recipe
 
-    inputs = found.batch[0] if isinstance(found.batch, (list, tuple)) else found.batch
-    fill = {}
-    if isinstance(inputs, torch.Tensor) and inputs.dim() == 2 and not inputs.is_floating_point():
-        fill["max_seq_length"] = int(inputs.shape[1])
+    batch = found.batch
+    items = list(batch.values()) if isinstance(batch, dict) else list(batch) if isinstance(batch, (list, tuple)) else [batch]
+    tokens = next((t for t in items if isinstance(t, torch.Tensor) and t.dim() == 2 and not t.is_floating_point()
+                   and not t.dtype == torch.bool), None)  # (batch, sequence) token ids, first in the batch
+    fill = {"max_seq_length": int(tokens.shape[1])} if tokens is not None else {}
     usable, left_out = {}, {}
     for name in [*published.VISION_RECIPES, *published.LANGUAGE_RECIPES]:
         recipe = from_recipe(name, **fill)

@@ -76,6 +76,21 @@ def test_the_default_starting_recipes_are_the_published_ones_that_apply_whole() 
     assert "StochasticDepth" in left_out["hot"] and "token sequences" in left_out["gpt-fast"]
 
 
+def test_a_language_recipes_sequence_length_comes_from_the_token_ids_of_a_dict_batch() -> None:
+    # A GPT fed {"input_ids", "labels"} batches: the published language recipes read max_seq_length from
+    # input_ids (16), so Alibi is no reason to leave them out; in a full-precision run gpt and gpt-fast still
+    # cannot apply whole (LowPrecisionLayerNorm acts in 16-bit precision only), muon-wsd does.
+    from composer_bridge.models.gpt import GPT
+
+    tokens = torch.randint(0, 32, (4, 16))
+    found = Probe(GPT(vocab_size=32, block_size=16, d_model=16, n_layers=1, n_heads=2),
+                  {"input_ids": tokens, "labels": tokens}, [])
+    usable, left_out = published_starting_recipes(found, 100)
+    assert set(usable) == {"muon-wsd"}
+    assert not any("token sequences" in why for why in left_out.values())
+    assert "LowPrecisionLayerNorm" in left_out["gpt-fast"]
+
+
 def test_a_search_where_no_published_recipe_applies_says_why_in_its_steps() -> None:
     result = search_recipe(make_module, task.make_data, **{**KWARGS, "candidates": ["LabelSmoothing"], "max_fits": 12,
                                                           "search_seeds": [0]})
