@@ -97,6 +97,9 @@ class ComposerLanguageModel(ComposerModule):
         total_steps: length of the learning-rate schedule.
     """
 
+    #: where algorithms find the inputs and targets of this module's dict batches (ZLoss reads the targets)
+    batch_keys = {"input_key": "input_ids", "target_key": "labels"}
+
     def __init__(self, model: torch.nn.Module, lr: float = 3e-3, total_steps: int = 1000) -> None:
         super().__init__()
         self.model = model

@@ -259,6 +259,11 @@ class AlgorithmError(RuntimeError):
             f"{type(algorithm).__name__} failed at Event.{event.name}: {type(error).__name__}: {error}"
         )
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # rebuilt from its three parts, so it crosses process boundaries (a search's Ray worker, a DDP
+        # launcher) as itself; the default would call __init__ with the message alone and fail
+        return (type(self), (self.algorithm, self.event, self.error))
+
 
 def check_algorithms(algorithms: Sequence[Any]) -> list[Algorithm]:
     """Return ``algorithms`` as a list, raising a clear error for anything that is not an ``Algorithm``."""

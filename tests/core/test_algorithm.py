@@ -155,6 +155,15 @@ def test_algorithm_error_keeps_the_algorithm_event_and_original_error():
     assert isinstance(error, RuntimeError)
 
 
+def test_algorithm_error_crosses_a_process_boundary_as_itself():
+    # a search's Ray worker sends the error back pickled: it must arrive as the AlgorithmError it was
+    import pickle
+
+    error = pickle.loads(pickle.dumps(AlgorithmError(Smooth(), Event.AFTER_LOSS, KeyError("labels"))))
+    assert isinstance(error, AlgorithmError) and error.algorithm == Smooth() and error.event is Event.AFTER_LOSS
+    assert str(error) == "Smooth failed at Event.AFTER_LOSS: KeyError: 'labels'"
+
+
 def test_every_capability_is_a_documented_false_by_default_bool_and_listed_for_algorithm_writers():
     import inspect
     from pathlib import Path

@@ -136,6 +136,23 @@ def test_language_example_trains_with_every_language_algorithm() -> None:
     assert metrics["val/loss"] < math.log(128) + 1.0  # a trained character model, not a broken one
 
 
+def test_the_language_search_examples_starting_recipes_train_on_its_module() -> None:
+    # examples/search.py --task language races muon-wsd and gpt-fast whole: each trains on the example's GPT
+    # and its dict batches (ZLoss finds the targets through the module's batch_keys), a few steps here.
+    from composer_bridge.core import torch_versions
+    from composer_bridge.search.executor import FitTask, execute
+
+    search = load(EXAMPLES / "search.py")
+    for name, recipe in {"muon-wsd": search.from_recipe("muon-wsd"),
+                         "gpt-fast": [c for c in search.from_recipe("gpt-fast", max_seq_length=search.LM_BLOCK)
+                                      if c.algorithm != "LowPrecisionLayerNorm"]}.items():
+        if name == "muon-wsd" and not torch_versions.at_least(torch_versions.MUON):
+            continue  # refused at setup there, with the version
+        outcome = execute(FitTask(search.language_module, search.language_data, recipe, 3, 0, "val/bits_per_char",
+                                  "steps", {"accelerator": "cpu", "devices": 1}))
+        assert outcome.error is None and math.isfinite(outcome.quality), name
+
+
 def test_language_text_ships_with_python() -> None:
     language = load(EXAMPLES / "language.py")
     text = language.stdlib_text(max_chars=5000)
