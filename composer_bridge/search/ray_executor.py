@@ -184,6 +184,9 @@ class RayExecutor:
             return ticket, ray.get(ref)
         except ray.exceptions.RayTaskError as error:  # the user's code raised: not a fault, stop as without Ray
             raise error.as_instanceof_cause() from None
+        except ray.exceptions.UnserializableException as error:  # the same, with an error Ray could not send back
+            raise RuntimeError(f"A fit raised an error that could not be sent back from its Ray worker (it cannot be "
+                               f"pickled), so the search stops as it would without Ray. {error}") from None
         except ray.exceptions.RayError as error:  # the worker died (killed, out of memory), twice
             first = str(error).strip().splitlines()[0] if str(error).strip() else ""
             reason = f"the Ray worker died {ATTEMPTS} times: {type(error).__name__}: {first}"

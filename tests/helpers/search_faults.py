@@ -32,3 +32,22 @@ class KillingFactory:
                     Path(self.marker).touch()
                 os.kill(os.getpid(), signal.SIGKILL)
         return self.factory(total_steps)
+
+
+class UnpicklableError(Exception):
+    """An error whose ``__init__`` takes two arguments: pickle rebuilds it with one and fails."""
+
+    def __init__(self, what: str, why: str) -> None:
+        super().__init__(f"{what}: {why}")
+
+
+class RaisingFactory:
+    """``make_module`` that raises :class:`UnpicklableError` in a process other than the driver's."""
+
+    def __init__(self) -> None:
+        self.driver = os.getpid()
+
+    def __call__(self, total_steps: int) -> Any:
+        if os.getpid() != self.driver:
+            raise UnpicklableError("make_module", "a bug in the user's code")
+        return task.make_module(total_steps)

@@ -11,7 +11,7 @@ import json
 
 import pytest
 from helpers import search_support as task
-from helpers.search_faults import KillingFactory
+from helpers.search_faults import KillingFactory, RaisingFactory
 
 from composer_bridge.search import RayExecutor, SearchInputError, search_recipe
 
@@ -139,6 +139,14 @@ def test_a_search_whose_fits_use_ddp_on_two_processes_finishes_on_ray(local_ray,
     assert executor.resources(ddp) == (2.0, 0.0)  # one core per DDP process
     result = search_recipe(make_module, task.make_data, state_dir=tmp_path, executor=executor, **kwargs)
     assert result.fits and all(f.error is None and f.seconds == f.steps and f.processes == 2 for f in result.fits)
+
+
+def test_an_error_of_the_users_code_that_cannot_be_pickled_stops_the_search_with_its_message(local_ray,
+                                                                                          tmp_path) -> None:
+    # not "the worker died": the user's error, as its text, and the search stops as it would without Ray
+    with pytest.raises(RuntimeError, match="(?s)could not be sent back from its Ray worker.*UnpicklableError: make_module: "
+                                           "a bug in the user's code"):
+        _parallel(tmp_path, RaisingFactory())
 
 
 def test_bad_ray_input_is_refused_before_training(local_ray, tmp_path) -> None:
