@@ -74,10 +74,14 @@ class FitScheduler:
         executor: where fits train.
         progress: a tqdm bar, or ``None``.
         started: when the search began (``perf_counter``, ``process_time``): its overhead counts from there.
+        needed_later: fits the search will likely read later, ``(config, seed, steps, phase)`` (the
+            confirmation's baselines): with an executor that speculates, a worker that would otherwise
+            wait trains them early.
     """
 
     def __init__(self, settings: SearchSettings, state: SearchState, executor: Executor, progress: Any = None, *,
-                 started: tuple[float, float] | None = None) -> None:
+                 started: tuple[float, float] | None = None,
+                 needed_later: Sequence[tuple[Config, int, int, str]] = ()) -> None:
         self.settings = settings
         self.state, self.cache = state, state.lookup()
         self.executor, self.progress = executor, progress
@@ -88,6 +92,8 @@ class FitScheduler:
         self.fit_cpu_s = 0.0
         self.started = started if started is not None else (time.perf_counter(), time.process_time())
         self.earlier = (state.overhead_s, state.overhead_cpu_s)  # from earlier, interrupted calls
+        self.needed_later = list(needed_later)
+        self._early: dict[int, tuple[Config, int, int, str]] = {}  # tickets of fits trained early, not back yet
 
     # --- one fit at a time, in the search's order --------------------------------------------------
 
@@ -101,8 +107,14 @@ class FitScheduler:
             self._check_budget(steps)
         record = self.cache.get((config, seed, steps))
         if record is None:
-            self.executor.submit(self.settings.task(config, seed, steps))
-            record = self._record(config, seed, steps, phase, self._wait()[1])
+            early = next((t for t, key in self._early.items() if key[:3] == (config, seed, steps)), None)
+            ticket = early if early is not None else self.executor.submit(self.settings.task(config, seed, steps))
+            self._early.pop(ticket, None)
+            while True:
+                done, outcome = self._wait()
+                if done == ticket:
+                    break
+            record = self._record(config, seed, steps, phase, outcome)
         (self.search_fits if phase == "search" else self.confirm_fits).append(record)
         if phase == "search" and len(self.search_fits) == 1:
             self._check_first_fit(record)
@@ -135,12 +147,17 @@ class FitScheduler:
                                  len(s.search_seeds), len(s.search_pool), s.unit)
 
     def _wait(self) -> tuple[int, FitOutcome]:
-        """The next finished fit; the time waited counts as the fits' time, not the search's overhead."""
-        started = time.perf_counter(), time.process_time()
-        done = self.executor.next_done()
-        self.fit_wall_s += time.perf_counter() - started[0]
-        self.fit_cpu_s += time.process_time() - started[1]
-        return done
+        """The next finished fit that someone waits for (a fit trained early is recorded when it comes back);
+        the time waited counts as the fits' time, not the search's overhead."""
+        while True:
+            started = time.perf_counter(), time.process_time()
+            ticket, outcome = self.executor.next_done()
+            self.fit_wall_s += time.perf_counter() - started[0]
+            self.fit_cpu_s += time.process_time() - started[1]
+            if ticket not in self._early:
+                return ticket, outcome
+            config, seed, steps, phase = self._early.pop(ticket)
+            self._record(config, seed, steps, phase, outcome)
 
     def _record(self, config: Config, seed: int, steps: int, phase: str, outcome: FitOutcome) -> FitRecord:
         """Keep a finished fit: in the cache and in the state file (written after every fit)."""
@@ -180,25 +197,27 @@ class FitScheduler:
         for c in curves:
             self._launch(c, curves, phase, flying, goal)
         self._speculate(curves, phase, flying)
-        while flying:
+        while any(not c.done for c, _ in flying.values()):
             ticket, outcome = self._wait()
             c, i = flying.pop(ticket)
             c.records[i] = self._record(c.config, c.seed, self.settings.run_lengths[i], phase, outcome)
             for d in curves:  # a finished curve may raise another's goal: each decides again
                 self._launch(d, curves, phase, flying, goal)
             self._speculate(curves, phase, flying)
+        for ticket, (c, i) in flying.items():  # started ahead, no longer needed: kept when they come back
+            self._early[ticket] = (c.config, c.seed, self.settings.run_lengths[i], phase)
 
     def _speculate(self, curves: list[_Pending], phase: str, flying: dict[int, tuple[_Pending, int]]) -> None:
         """With an executor that speculates: while a worker would wait, start the next run length of the
-        first curve (in the search's order) whose shorter run is still training."""
+        first curve (in the search's order) whose shorter run is still training; then a fit needed later."""
         if not getattr(self.executor, "speculate", False):
             return
         lengths, slots = self.settings.run_lengths, self.executor.slots()  # type: ignore[attr-defined]
         started = True
-        while started and len(flying) < slots:
+        while started and len(flying) + len(self._early) < slots:
             started = False
             for c in curves:
-                if c.done or not c.config or len(flying) >= slots:
+                if c.done or not c.config or len(flying) + len(self._early) >= slots:
                     continue
                 n = c.prefix()
                 ahead = next((i for i in range(n + 1, len(lengths)) if c.records[i] is None), None)
@@ -211,6 +230,12 @@ class FitScheduler:
                     flying[self.executor.submit(self.settings.task(c.config, c.seed, lengths[ahead]))] = (c, ahead)
                     c.records[ahead] = _FLYING
                     started = True
+        # then the fits certain to be read later (the confirmation's baselines), while workers are still free
+        while self.needed_later and len(flying) + len(self._early) < slots:
+            config, seed, steps, later = self.needed_later.pop(0)
+            if (config, seed, steps) not in self.cache and all(
+                    (d.config, d.seed, lengths[i]) != (config, seed, steps) for d, i in flying.values()):
+                self._early[self.executor.submit(self.settings.task(config, seed, steps))] = (config, seed, steps, later)
 
     def _launch(self, c: _Pending, curves: list[_Pending], phase: str, flying: dict[int, tuple[_Pending, int]],
                 goal: Callable[[Config, int], CurveGoal]) -> None:
@@ -220,19 +245,24 @@ class FitScheduler:
         while not c.done:
             if c.config:  # a baseline curve trains every length; its goal comes from the baseline curve itself
                 n = c.prefix()
-                if n < len(lengths) and c.records[n] is _FLYING:
-                    return
                 points = [(r.seconds, r.quality) for r in c.records[:n] if not r.error]
                 if n == len(lengths) or goal(c.config, c.seed).settled(points) is not None:
-                    c.done = True
+                    c.done = True  # a longer fit still training (started ahead) is no longer waited for
+                    return
+                if c.records[n] is _FLYING:
                     return
                 todo = [n]
             else:
                 todo = [i for i, r in enumerate(c.records) if r is None]
             for i in todo:
                 cached = self.cache.get((c.config, c.seed, lengths[i]))
+                early = next((t for t, key in self._early.items() if key[:3] == (c.config, c.seed, lengths[i])), None)
                 if cached is not None:
                     c.records[i] = cached
+                elif early is not None:  # trained early and still training: this curve waits for it now
+                    del self._early[early]
+                    flying[early] = (c, i)
+                    c.records[i] = _FLYING
                 elif phase == "search" and not self._reachable(c, i, curves):
                     c.done = True
                     return

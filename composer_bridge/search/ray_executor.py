@@ -86,7 +86,8 @@ class RayExecutor:
         runtime_env: Ray's ``runtime_env`` for the workers of a cluster (e.g. ``{"working_dir": "."}``
             so they can import your project).
         speculate: ``True``: a worker that would otherwise wait trains the next run length of a curve
-            whose shorter run is still training, before that run says whether it is needed. The search's
+            whose shorter run is still training, before that run says whether it is needed, or else one
+            of the confirmation's baseline fits. The search's
             decisions are unchanged; it finishes sooner, and the fits no decision needed are reported
             apart in its cost (``cost["search_unread_fits"]``). Off by default: they cost compute.
 

@@ -150,7 +150,10 @@ def _search(make_module: Callable[..., Any], make_data: Callable[[int], Any], *,
     state = SearchState(Path(state_dir) / "search.json" if state_dir is not None else None, recorded)
     runner = _executor(executor)
     bar = _progress_bar(progress, max_fits, max_train_seconds, clock)
-    fits = FitScheduler(settings, state, runner, bar, started=started)
+    # the confirmation's baselines, which idle workers of a speculating executor may train early: they are read
+    # unless the search finds nothing and has no also_confirm recipe (then they are reported as unread)
+    later = [((), seed, steps, "confirm") for seed in confirm_seeds for steps in lengths]
+    fits = FitScheduler(settings, state, runner, bar, started=started, needed_later=later)
     search = GreedySearch(settings, fits)
     search.steps.extend(f"published recipe {name} is not a starting recipe: {why}" for name, why in left_out.items())
     recipes = {name: settings.config(c.label for c in recipe) for name, recipe in extra.items()}
@@ -252,7 +255,7 @@ def _cost(settings: SearchSettings, fits: FitScheduler) -> dict[str, Any]:
     # fits trained ahead, side by side, that the decisions then did not need (a curve stopped sooner than the
     # scheduler could know): paid for, so part of the cost, though no decision rests on them
     read = {id(f) for f in used}
-    unread = [f for f in state.fits if f.phase == "search" and id(f) not in read] if fits.trained else []
+    unread = [f for f in state.fits if id(f) not in read] if fits.trained else []
     budget = max_seconds if max_seconds is not None else (search_s if max_fits is not None else float("nan"))
     overhead = state.overhead_cpu_s if settings.clock == "cpu" else state.overhead_s
     return {

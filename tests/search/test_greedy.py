@@ -229,6 +229,47 @@ def test_a_curve_that_cannot_beat_the_recipe_it_races_stops_and_goes_on_later_ag
     assert [(tuple(f.config), f.steps) for f in search.fits.search_fits][3:] == [(("A",), 1), (("A",), 2)]
 
 
+class TableExecutor:
+    """A concurrent executor with two workers that speculate, whose fits come from a table, oldest first."""
+
+    concurrent, speculate = True, True
+
+    def __init__(self, table: dict) -> None:
+        self.table, self.queue, self.tickets, self.while_busy = table, [], 0, []
+
+    def slots(self) -> int:
+        return 2
+
+    def submit(self, task) -> int:
+        self.tickets += 1
+        key = (tuple(c.label for c in task.candidates), task.seed, task.steps)
+        self.while_busy.append((key, [k for _, k in self.queue]))  # what was still training when it started
+        self.queue.append((self.tickets, key))
+        return self.tickets
+
+    def next_done(self):
+        from composer_bridge.search.executor import FitOutcome
+
+        ticket, key = self.queue.pop(0)
+        seconds, quality = self.table[key]
+        return ticket, FitOutcome(quality, seconds, seconds, seconds, seconds)
+
+
+def test_an_idle_worker_trains_a_curves_next_run_length_before_the_shorter_one_is_back() -> None:
+    # A alone in the race: its 1-step fit takes one worker, so the other starts A's 2-step fit at once. The
+    # 1-step fit reaches Q: the search reads only it and goes on without waiting for the 2-step fit, which is
+    # kept when it comes back but read by no decision.
+    search = _curve_search(BASELINE)
+    executor = TableExecutor({(("A",), 0, 1): (0.9, 0.65), (("A",), 0, 2): (1.8, 0.7)})
+    search.fits.executor = executor
+    search._prefetch([(("A",), 0)], "search")
+    assert executor.while_busy == [((("A",), 0, 1), []), ((("A",), 0, 2), [(("A",), 0, 1)])]
+    curve = search.curve(("A",), 0, "search")
+    assert curve.status == "reached Q" and len(curve.points) == 1
+    assert [(tuple(f.config), f.steps) for f in search.fits.search_fits][3:] == [(("A",), 1)]
+    assert [key for _, key in executor.queue] == [(("A",), 0, 2)]  # still training: not waited for
+
+
 def test_confirmation_curves_are_not_stopped_early_by_the_baselines_time() -> None:
     # The same slow curve on a confirmation seed runs to the longest run length: a reported number is
     # never cut short by the search's shortcut.

@@ -58,16 +58,19 @@ def test_the_search_on_ray_takes_the_sequential_path_and_picks_the_same_recipe(l
 
 
 class WatchedRay(RayExecutor):
-    """A RayExecutor that notes each candidate fit submitted while a shorter fit of the same curve was training."""
+    """A RayExecutor that notes each candidate fit submitted while a shorter fit of the same curve was training,
+    and the order of every fit submitted."""
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self.training: dict[int, tuple] = {}
         self.ahead: list[tuple] = []
+        self.order: list[tuple] = []
 
     def submit(self, task) -> int:
         ticket = super().submit(task)
         curve = (tuple(c.label for c in task.candidates), task.seed)
+        self.order.append((*curve, task.steps))
         if curve[0] and any(c == curve and steps < task.steps for c, steps in self.training.values()):
             self.ahead.append((*curve, task.steps))
         self.training[ticket] = (curve, task.steps)
@@ -87,7 +90,9 @@ def test_a_speculating_search_decides_as_the_sequential_one_and_reports_what_it_
     parallel = search_recipe(make_module, task.make_data, state_dir=tmp_path, executor=watched, **KWARGS)
     assert parallel.steps == sequential.steps and _rows(parallel) == _rows(sequential)
     assert parallel.confirmed == sequential.confirmed
-    assert watched.ahead, "no fit was started ahead of its curve's shorter run"
+    # idle workers trained something early: a curve's next run length, or the confirmation's baselines
+    last_search_fit = max(i for i, (_, seed, _) in enumerate(watched.order) if seed in KWARGS["search_seeds"])
+    assert watched.ahead or any(seed in KWARGS["confirm_seeds"] for _, seed, _ in watched.order[:last_search_fit])
     trained = len(json.loads((tmp_path / "search.json").read_text())["fits"])
     assert trained == parallel.cost["fits_trained_now"] >= sequential.trained
     assert parallel.cost["search_unread_fits"] == trained - len(parallel.fits)
@@ -95,6 +100,25 @@ def test_a_speculating_search_decides_as_the_sequential_one_and_reports_what_it_
     plain = WatchedRay(cpus_per_fit=1)
     search_recipe(make_module, task.make_data, state_dir=tmp_path / "plain", executor=plain, **KWARGS)
     assert plain.ahead == []
+
+
+def test_with_recipes_to_confirm_idle_workers_train_the_confirmations_baselines_during_the_search(
+        local_ray, tmp_path) -> None:
+    # The baselines on the confirmation seeds are certain to be read when a recipe is to be confirmed: a
+    # speculating search starts them while the search's own fits leave a worker free, and decides as the
+    # sequential search does.
+    kwargs = {**KWARGS, "also_confirm": {"ls": ["LabelSmoothing"]}}
+    alone = search_recipe(make_module, task.make_data, state_dir=tmp_path / "alone", **kwargs)
+    watched = WatchedRay(cpus_per_fit=1, speculate=True)
+    parallel = search_recipe(make_module, task.make_data, state_dir=tmp_path / "ray", executor=watched, **kwargs)
+    assert parallel.steps == alone.steps and _rows(parallel) == _rows(alone)
+    assert parallel.confirmed == alone.confirmed and parallel.also_confirmed == alone.also_confirmed
+    search_seeds, confirm_seeds = KWARGS["search_seeds"], KWARGS["confirm_seeds"]
+    last_search_fit = max(i for i, (config, seed, _) in enumerate(watched.order) if seed in search_seeds)
+    early = [(seed, steps) for config, seed, steps in watched.order[:last_search_fit] if seed in confirm_seeds]
+    assert early and all(config == () for config, seed, _ in watched.order[:last_search_fit] if seed in confirm_seeds)
+    assert len(watched.order) == len(set(watched.order))  # no fit trained twice
+    assert parallel.cost["search_unread_fits"] == len(watched.order) - len(parallel.fits)
 
 
 def test_a_killed_worker_is_retried_and_the_search_ends_as_without_the_kill(local_ray, sequential, tmp_path) -> None:
