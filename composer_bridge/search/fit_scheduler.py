@@ -107,9 +107,9 @@ class FitScheduler:
             self._check_budget(steps)
         record = self.cache.get((config, seed, steps))
         if record is None:
-            early = next((t for t, key in self._early.items() if key[:3] == (config, seed, steps)), None)
-            ticket = early if early is not None else self.executor.submit(self.settings.task(config, seed, steps))
-            self._early.pop(ticket, None)
+            ticket = self._claim_early(config, seed, steps)
+            if ticket is None:
+                ticket = self.executor.submit(self.settings.task(config, seed, steps))
             while True:
                 done, outcome = self._wait()
                 if done == ticket:
@@ -145,6 +145,13 @@ class FitScheduler:
         checks.check_time_budget(s.max_train_seconds, record, s.run_lengths, len(s.search_seeds), s.unit)
         checks.warn_small_budget(s.max_train_seconds, record.seconds * sum(s.run_lengths) / s.run_lengths[0],
                                  len(s.search_seeds), len(s.search_pool), s.unit)
+
+    def _claim_early(self, config: Config, seed: int, steps: int) -> int | None:
+        """The ticket of this fit if it was started early and is not back yet (no longer early: the caller waits)."""
+        ticket = next((t for t, key in self._early.items() if key[:3] == (config, seed, steps)), None)
+        if ticket is not None:
+            del self._early[ticket]
+        return ticket
 
     def _wait(self) -> tuple[int, FitOutcome]:
         """The next finished fit that someone waits for (a fit trained early is recorded when it comes back);
@@ -256,11 +263,10 @@ class FitScheduler:
                 todo = [i for i, r in enumerate(c.records) if r is None]
             for i in todo:
                 cached = self.cache.get((c.config, c.seed, lengths[i]))
-                early = next((t for t, key in self._early.items() if key[:3] == (c.config, c.seed, lengths[i])), None)
+                early = None if cached is not None else self._claim_early(c.config, c.seed, lengths[i])
                 if cached is not None:
                     c.records[i] = cached
                 elif early is not None:  # trained early and still training: this curve waits for it now
-                    del self._early[early]
                     flying[early] = (c, i)
                     c.records[i] = _FLYING
                 elif phase == "search" and not self._reachable(c, i, curves):
