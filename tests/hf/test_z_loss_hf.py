@@ -38,6 +38,17 @@ def hand_loss(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.T
     return ce + COEFFICIENT * (torch.logsumexp(logits[kept], dim=-1) ** 2).mean()
 
 
+def assert_one_sgd_step_of_the_hand_loss(model: torch.nn.Module, reference: torch.nn.Module, lr: float) -> None:
+    """``model`` holds ``reference`` after one plain SGD step (``lr``) on the hand-written loss of the first batch."""
+    hand_loss(reference, batches()[0]).backward()
+    with torch.no_grad():
+        for p in reference.parameters():
+            if p.grad is not None:
+                p -= lr * p.grad
+    for (name, ours), theirs in zip(model.state_dict().items(), reference.state_dict().values(), strict=True):
+        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6, msg=name)
+
+
 @pytest.mark.parametrize("family", ["gpt2", "llama"])
 def test_huggingface_model_adds_the_z_loss_of_the_shifted_logits(family: str, request: Any) -> None:
     model = request.getfixturevalue(family)()
@@ -45,14 +56,7 @@ def test_huggingface_model_adds_the_z_loss_of_the_shifted_logits(family: str, re
     module = HuggingFaceModel(model, optimizer=lambda p: torch.optim.SGD(p, lr=0.5))
     callback = AlgorithmEngineCallback([ZLoss(coefficient=COEFFICIENT)])
     quiet_trainer(max_steps=1, callbacks=[callback]).fit(module, DataLoader(batches(), batch_size=None))
-    loss = hand_loss(reference, batches()[0])
-    loss.backward()
-    with torch.no_grad():
-        for p in reference.parameters():
-            if p.grad is not None:
-                p -= 0.5 * p.grad
-    for (name, ours), theirs in zip(model.state_dict().items(), reference.state_dict().values(), strict=True):
-        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6, msg=name)
+    assert_one_sgd_step_of_the_hand_loss(model, reference, lr=0.5)
 
 
 class PlainHFModule(L.LightningModule):
@@ -74,13 +78,7 @@ def test_a_plain_module_returning_the_models_own_loss_trains_as_the_hand_written
     reference = copy.deepcopy(model)
     callback = AlgorithmEngineCallback([ZLoss(coefficient=COEFFICIENT, target_key="labels")])
     quiet_trainer(max_steps=1, callbacks=[callback]).fit(PlainHFModule(model), DataLoader(batches(), batch_size=None))
-    hand_loss(reference, batches()[0]).backward()
-    with torch.no_grad():
-        for p in reference.parameters():
-            if p.grad is not None:
-                p -= 0.1 * p.grad
-    for (name, ours), theirs in zip(model.state_dict().items(), reference.state_dict().values(), strict=True):
-        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6, msg=name)
+    assert_one_sgd_step_of_the_hand_loss(model, reference, lr=0.1)
 
 
 def test_beside_label_smoothing_on_the_models_own_loss_it_is_refused_before_any_weight_changes(llama: Any) -> None:
