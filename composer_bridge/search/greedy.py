@@ -174,18 +174,18 @@ class GreedySearch:
         self._prefetch([((), seed) for seed in seeds], "search")
         for seed in seeds:
             self.baseline(seed, "search")
-        starts = self._race_starting_recipes()
+        best_start = self._race_starting_recipes()
         while True:
             present = self.settings.algorithms_in(self.incumbent)  # a unique algorithm is not added twice
             pool = [self.settings.config((*self.incumbent, c)) for c in self.settings.search_pool if c not in
                     self.incumbent and not (self.settings.candidate(c).algorithm in present
                                             and self.settings.candidate(c).algorithm_class().unique)]
-            if not pool and not starts:
+            if not pool and best_start is None:
                 self.steps.append("every candidate is in the recipe")
                 break
             bar = mean_score(self.incumbent_scores, seeds)
-            start = starts[0] if starts and mean_score(starts[0][2], seeds) > bar else None
-            starts = []  # the first step only
+            start = best_start if best_start is not None and mean_score(best_start[2], seeds) > bar else None
+            best_start = None  # the first step only
             # the first step's singles race against the best starting recipe, when it beats the baseline
             best, results = self._race(pool, *((start[2], start[0]) if start else
                                                (self.incumbent_scores, config_name(self.incumbent))))
@@ -207,8 +207,8 @@ class GreedySearch:
             self._remove_unhelpful(newest)
         return self.incumbent, self.incumbent_scores
 
-    def _race_starting_recipes(self) -> list[tuple[str, Config, Scores]]:
-        """The best starting recipe, ``[(name, config, scores on every search seed)]`` (``[]``: none).
+    def _race_starting_recipes(self) -> tuple[str, Config, Scores] | None:
+        """The best starting recipe, ``(name, config, scores on every search seed)`` (``None``: none).
 
         Seed by seed, every recipe still racing is scored in the order given; a curve stops once it
         can no longer beat the leader (the best mean over the seeds so far among those scored before
@@ -235,10 +235,10 @@ class GreedySearch:
                                   f"{lead / (i + 1):.2f}x; {', '.join(dropped)} stopped")
             alive = [leader] if leader is not None else []
         if not alive:
-            return []
+            return None
         name = alive[0]
         self.steps.append(f"starting recipe {name}: {mean_score(results[name], seeds):.2f}x")
-        return [(name, configs[name], results[name])]
+        return name, configs[name], results[name]
 
     def _leader_known(self, config: Config, seed: int, order: list[tuple[Config, float]]) -> float:
         """For the fits trained ahead: what ``config`` must beat on ``seed`` among the starting recipes
