@@ -1,0 +1,54 @@
+"""The configurations each workload is measured with, and why the others cannot apply.
+
+* ``baseline``: the workload's own module and its AdamW schedule, no algorithm;
+* every default candidate of the recipe search alone (:data:`composer_bridge.search.DEFAULT_CANDIDATES`:
+  the published recipes' algorithms with their published arguments, and the newer methods), where it
+  applies to the model and its batches (:func:`composer_bridge.search.candidates.applicability`);
+* every published recipe (:mod:`composer_bridge.recipes`) that applies whole, named ``recipe:<name>``;
+* ``search``: the recipe search's pick, added once the search has run (:mod:`run_workloads`).
+
+Example:
+    >>> as_spec([Candidate("MixUp", {"alpha": 0.2})])
+    (('MixUp', {'alpha': 0.2}),)
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+from composer_bridge.search import DEFAULT_CANDIDATES, Candidate
+from composer_bridge.search.candidates import applicability
+from composer_bridge.search.checks import Probe, published_starting_recipes
+
+__all__ = ["as_spec", "configurations"]
+
+
+def as_spec(candidates: Sequence[Candidate]) -> tuple[tuple[str, dict[str, Any]], ...]:
+    """Candidates as the ``(class name, kwargs)`` pairs a fit's spec and the results file hold."""
+    return tuple((c.algorithm, dict(c.kwargs)) for c in candidates)
+
+
+def configurations(workload: Any, lr: float, total_steps: int) -> tuple[dict[str, tuple], dict[str, str]]:
+    """``(configs, not_applicable)``: the configurations that apply to ``workload`` and why each other cannot."""
+    import lightning as L
+
+    L.seed_everything(0, verbose=False)
+    module = workload.make_module(total_steps, lr)
+    batch = next(iter(workload.make_data(0)[0]))
+    configs: dict[str, tuple] = {"baseline": ()}
+    left_out: dict[str, str] = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for candidate in DEFAULT_CANDIDATES:
+            why = applicability(candidate, module, batch, total_steps)
+            if why is None:
+                configs[candidate.label] = as_spec([candidate])
+            else:
+                left_out[candidate.label] = why
+        recipes, recipe_reasons = published_starting_recipes(Probe(module, batch, [workload.monitor]), total_steps)
+    for name, recipe in recipes.items():
+        configs[f"recipe:{name}"] = as_spec(recipe)
+    left_out.update({f"recipe:{name}": why for name, why in recipe_reasons.items()})
+    return configs, left_out

@@ -1,0 +1,158 @@
+"""What the benchmark trains for one workload, phase by phase, given what has already finished.
+
+1. **tune**: the baseline at every learning rate of ``lr_grid`` on the tuning seeds, for the reference
+   budget B; the rate whose runs reach the best quality (mean over seeds of each run's best validation)
+   is frozen.
+2. **target**: the baseline at the frozen rate on the target seeds, for B steps; the target is the
+   median of their best validation metrics, and the time cap 4/3 of their median training time.
+3. **held-out**: every configuration (:mod:`workloads.configs`) on the held-out seeds, for 4/3 of B
+   steps (the schedule scaled to that length), validated every ``eval_every`` steps.
+4. **search**: the recipe search on the target seeds (decides on two, confirms on a third); its pick
+   then trains on the held-out seeds like any configuration.
+
+Nothing of a later phase starts before the phase it depends on has finished; what has finished is
+read from the :class:`~workloads.store.Store`, so a killed run resumes where it stopped.
+
+Example:
+    >>> settings = Settings()
+    >>> settings.tuning_seeds, settings.heldout_seeds
+    ((0, 1), (1000, 1001, 1002))
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from workloads.configs import configurations
+from workloads.curve_fit import FitSpec
+from workloads.store import Store
+
+__all__ = ["SearchSpec", "Settings", "WorkloadPlan"]
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The seeds and lengths of a benchmark run (the dry run shrinks them)."""
+
+    tuning_seeds: tuple[int, ...] = (0, 1)
+    target_seeds: tuple[int, ...] = (10, 11, 12, 13, 14)
+    heldout_seeds: tuple[int, ...] = (1000, 1001, 1002)
+    budget_scale: float = 1.0  #: the reference budgets multiplied by this (the dry run: a few steps)
+    evals_per_budget: int = 18  #: validations within B steps (24 within the held-out runs' 4/3 B)
+    lr_grid_size: int | None = None  #: the first n learning rates of each grid only (the dry run)
+    configs: tuple[str, ...] | None = None  #: only these configurations (names as in the tables)
+    search: bool = True
+    search_lengths: tuple[float, ...] = (0.25, 0.5, 1.0)  #: the search's run lengths, as fractions of B
+    search_kwargs: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+
+
+@dataclass(frozen=True)
+class SearchSpec:
+    """The recipe search on one workload: its seeds, run lengths and learning rate."""
+
+    workload: str
+    lr: float
+    run_lengths: tuple[int, ...]
+    search_seeds: tuple[int, ...]
+    confirm_seeds: tuple[int, ...]
+    search_kwargs: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+
+    @property
+    def key(self) -> str:
+        return f"{self.workload}|search|{self.lr:g}|{list(self.run_lengths)}|{list(self.search_seeds)}"
+
+
+class WorkloadPlan:
+    """The fits and the search one workload needs, released phase by phase."""
+
+    def __init__(self, workload: Any, settings: Settings) -> None:
+        self.workload, self.settings = workload, settings
+        self.budget = max(2, round(workload.budget_steps * settings.budget_scale))
+        self.eval_every = max(1, self.budget // settings.evals_per_budget)
+        self.run_steps = math.ceil(self.budget * 4 / 3)
+        grid = workload.lr_grid
+        self.lr_grid = tuple(grid[: settings.lr_grid_size] if settings.lr_grid_size else grid)
+        self._configs: tuple[dict[str, tuple], dict[str, str]] | None = None
+
+    def spec(self, config: str, candidates: tuple, seed: int, lr: float, steps: int, phase: str) -> FitSpec:
+        return FitSpec(self.workload.name, config, candidates, seed, lr, steps, self.eval_every, phase)
+
+    def key(self, spec: FitSpec) -> str:
+        return spec.key
+
+    # --- phase 1: the learning rate ---------------------------------------------------------------
+    def tuning(self) -> list[FitSpec]:
+        return [self.spec("baseline", (), seed, lr, self.budget, "tune")
+                for lr in self.lr_grid for seed in self.settings.tuning_seeds]
+
+    def best(self, record: dict[str, Any]) -> float:
+        values = [p["quality"] for p in record.get("points", []) if not math.isnan(p["quality"])]
+        if not values:
+            return -math.inf if self.workload.mode == "max" else math.inf
+        return max(values) if self.workload.mode == "max" else min(values)
+
+    def tuned_lr(self, store: Store) -> tuple[float | None, dict[str, list[float]]]:
+        """The frozen learning rate (``None`` until every tuning fit has finished) and the tuning table."""
+        table: dict[str, list[float]] = {}
+        for spec in self.tuning():
+            record = store.get(self.key(spec))
+            if record is None:
+                return None, table
+            table.setdefault(f"{spec.lr:g}", []).append(self.best(record))
+        sign = 1 if self.workload.mode == "max" else -1
+        chosen = max(self.lr_grid, key=lambda lr: sign * statistics.mean(table[f"{lr:g}"]))
+        return chosen, table
+
+    # --- phase 2: the target ----------------------------------------------------------------------
+    def targets(self, lr: float) -> list[FitSpec]:
+        return [self.spec("baseline", (), seed, lr, self.budget, "target") for seed in self.settings.target_seeds]
+
+    def target(self, store: Store, lr: float) -> tuple[float, float] | None:
+        """``(target, time cap in CPU seconds)`` once every target fit has finished."""
+        records = [store.get(self.key(s)) for s in self.targets(lr)]
+        if any(r is None for r in records):
+            return None
+        good = [r for r in records if r.get("error") is None]
+        if not good:
+            raise RuntimeError(f"{self.workload.name}: every target fit failed: {records[0].get('error')}")
+        target = statistics.median(self.best(r) for r in good)
+        return target, 4 / 3 * statistics.median(r["cpu_s"] for r in good)
+
+    # --- phase 3: every configuration on the held-out seeds ---------------------------------------
+    def configurations(self, lr: float) -> tuple[dict[str, tuple], dict[str, str]]:
+        if self._configs is None:
+            configs, left_out = configurations(self.workload, lr, self.run_steps)
+            if self.settings.configs is not None:
+                configs = {c: v for c, v in configs.items() if c in self.settings.configs}
+            self._configs = configs, left_out
+        return self._configs
+
+    def heldout(self, config: str, candidates: tuple, lr: float) -> list[FitSpec]:
+        return [self.spec(config, candidates, seed, lr, self.run_steps, "heldout") for seed in self.settings.heldout_seeds]
+
+    # --- phase 4: the search ----------------------------------------------------------------------
+    def search_spec(self, lr: float) -> SearchSpec:
+        lengths = tuple(sorted({max(1, round(self.budget * f)) for f in self.settings.search_lengths}))
+        return SearchSpec(self.workload.name, lr, lengths, self.settings.target_seeds[:2],
+                          self.settings.target_seeds[2:3], dict(self.settings.search_kwargs))
+
+    def ready(self, store: Store) -> list[FitSpec | SearchSpec]:
+        """Everything that can start now and has not finished."""
+        lr, _ = self.tuned_lr(store)
+        if lr is None:
+            return [s for s in self.tuning() if self.key(s) not in store]
+        wanted: list[FitSpec | SearchSpec] = [s for s in self.targets(lr) if self.key(s) not in store]
+        configs, _ = self.configurations(lr)
+        wanted += [s for name, cands in configs.items() for s in self.heldout(name, cands, lr)]
+        if self.settings.search and (self.settings.configs is None or "search" in self.settings.configs):
+            search = self.search_spec(lr)
+            record = store.get(search.key)
+            if record is None:
+                wanted.append(search)
+            elif record.get("recipe") is not None:  # a search that failed has no pick (its error is reported)
+                pick = tuple((name, kwargs) for name, kwargs in record["recipe"])
+                wanted += self.heldout("search", pick, lr)
+        return [s for s in wanted if isinstance(s, SearchSpec) or self.key(s) not in store]

@@ -1,0 +1,155 @@
+"""The benchmark's results: the JSON file, the method x workload table and the performance-profile PNG.
+
+:func:`assemble` turns the finished fits into ``results.json``'s shape (described in docs/benchmarks.md,
+"The workloads benchmark"). A configuration that cannot apply to a workload (refused by the search's
+applicability check, or at set-up) is scored there as the baseline: a user who adds it gets a clear
+refusal and trains without it. A configuration that trains but does not reach the target on most
+held-out seeds fails that workload (an infinite time in its profile).
+
+Example:
+    >>> cell({"mean": 1.5, "sd": 0.25, "reached": 3, "seeds": 3})
+    '1.50 ± 0.25'
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from workloads import scores
+from workloads.plan import WorkloadPlan
+from workloads.store import Store
+
+__all__ = ["assemble", "cell", "markdown", "plot"]
+
+
+def _seed_times(plan: WorkloadPlan, store: Store, config: str, candidates: tuple, lr: float, target: float,
+                cap: float) -> tuple[dict[str, dict[str, Any]], str | None, bool]:
+    """Per held-out seed ``{"steps", "seconds"}``, the first error, and whether every fit has finished."""
+    seeds: dict[str, dict[str, Any]] = {}
+    error, complete = None, True
+    for spec in plan.heldout(config, candidates, lr):
+        record = store.get(spec.key)
+        if record is None:
+            complete = False
+            continue
+        if record.get("error"):
+            error = error or record["error"]
+            continue
+        steps, seconds = scores.time_to_target(record["points"], target, plan.workload.mode, cap)
+        seeds[str(spec.seed)] = {"steps": steps, "seconds": seconds, "final": record["points"][-1]["quality"],
+                                 "cpu_s": record["cpu_s"]}
+    return seeds, error, complete
+
+
+def assemble(plans: list[WorkloadPlan], store: Store) -> dict[str, Any]:
+    """The results file's content from every finished fit (workloads not tuned yet are left out)."""
+    out: dict[str, Any] = {"workloads": {}}
+    for plan in plans:
+        lr, tuning = plan.tuned_lr(store)
+        fixed = plan.target(store, lr) if lr is not None else None
+        if fixed is None:
+            continue
+        target, cap = fixed
+        configs, left_out = plan.configurations(lr)
+        search = store.get(plan.search_spec(lr).key) if plan.settings.search else None
+        named = dict(configs)
+        if search is not None and search.get("recipe") is not None:
+            named["search"] = tuple((n, k) for n, k in search["recipe"])
+        entry: dict[str, Any] = {
+            "description": plan.workload.description, "monitor": plan.workload.monitor, "mode": plan.workload.mode,
+            "target": target, "target_seeds": list(plan.settings.target_seeds),
+            "heldout_seeds": list(plan.settings.heldout_seeds), "tuning_seeds": list(plan.settings.tuning_seeds),
+            "lr": lr, "tuning": tuning, "budget_steps": plan.budget, "run_steps": plan.run_steps,
+            "eval_every": plan.eval_every, "cap_seconds": round(cap, 3), "not_applicable": dict(left_out),
+            "configs": {},
+        }
+        base_seeds, _, _ = _seed_times(plan, store, "baseline", (), lr, target, cap)
+        for name, candidates in named.items():
+            seeds, error, complete = _seed_times(plan, store, name, candidates, lr, target, cap)
+            if error and not seeds:
+                entry["not_applicable"][name] = f"refused when it trained: {error}"
+                continue
+            row: dict[str, Any] = {"algorithms": [list(p) for p in candidates], "seeds": seeds, "complete": complete}
+            if error:
+                row["error"] = error
+            row["speedup"] = scores.speedups({s: v["seconds"] for s, v in base_seeds.items()},
+                                             {s: v["seconds"] for s, v in seeds.items()})
+            row["speedup_steps"] = scores.speedups({s: v["steps"] for s, v in base_seeds.items()},
+                                                   {s: v["steps"] for s, v in seeds.items()})
+            row["median_seconds"] = scores.median_time([v["seconds"] for v in seeds.values()])
+            entry["configs"][name] = row
+        if search is not None:
+            entry["search"] = {k: v for k, v in search.items() if k not in ("key",)}
+        out["workloads"][plan.workload.name] = entry
+    out.update(_scores(out["workloads"]))
+    return out
+
+
+def _scores(workloads: dict[str, Any]) -> dict[str, Any]:
+    """Every configuration's profile and score over the workloads (not applicable: the baseline's time)."""
+    names = sorted({c for w in workloads.values() for c in w["configs"]})
+    times: dict[str, dict[str, float]] = {}
+    for name in names:
+        per: dict[str, float] = {}
+        for workload, entry in workloads.items():
+            row = entry["configs"].get(name)
+            if row is None and name in entry["not_applicable"]:
+                row = entry["configs"].get("baseline")
+            if row is not None and row.get("complete", True):
+                per[workload] = row["median_seconds"]
+        times[name] = per
+    times = {n: t for n, t in times.items() if t}
+    rat = scores.ratios(times)
+    taus = [1 + 0.05 * i for i in range(61)]
+    return {"scores": {n: scores.score(r) for n, r in rat.items()},
+            "profiles": {"tau": taus, "rho": {n: scores.profile(r, taus) for n, r in rat.items()}},
+            "ratios": {n: {w: (None if math.isinf(v) else round(v, 4)) for w, v in r.items()} for n, r in rat.items()}}
+
+
+def cell(speedup: dict[str, Any]) -> str:
+    """A table cell: mean ± sd over the seeds that reached the target, and how many did when not all."""
+    if speedup["mean"] is None:
+        return f"fails ({speedup['reached']}/{speedup['seeds']})"
+    text = f"{speedup['mean']:.2f}" + (f" ± {speedup['sd']:.2f}" if speedup["sd"] is not None else "")
+    return text if speedup["reached"] == speedup["seeds"] else f"{text} ({speedup['reached']}/{speedup['seeds']})"
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """The method x workload table of speed-ups in CPU time (mean ± sd over held-out seeds), with the scores."""
+    workloads = list(results["workloads"])
+    names = sorted(results["scores"], key=lambda n: (-results["scores"][n], n))
+    lines = ["| configuration | score | " + " | ".join(workloads) + " |", "|---|---|" + "---|" * len(workloads)]
+    for name in names:
+        cells = []
+        for w in workloads:
+            row = results["workloads"][w]["configs"].get(name)
+            cells.append("n/a" if row is None else cell(row["speedup"]))
+        lines.append(f"| {name} | {results['scores'][name]:.3f} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot(results: dict[str, Any], path: Any, top: int = 10) -> None:
+    """The performance profiles of the ``top`` best-scoring configurations and the baseline, as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    taus = results["profiles"]["tau"]
+    ranked = sorted(results["scores"], key=lambda n: -results["scores"][n])
+    shown = ranked[:top] + [n for n in ("baseline", "search") if n in results["scores"] and n not in ranked[:top]]
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for name in shown:
+        style = "-" if name not in ("baseline", "search") else ("--" if name == "baseline" else ":")
+        ax.step(taus, results["profiles"]["rho"][name], where="post", linestyle=style,
+                label=f"{name} ({results['scores'][name]:.2f})")
+    ax.set_xlabel("tau: time to target within tau x the fastest configuration's")
+    ax.set_ylabel("fraction of workloads")
+    ax.set_title(f"Performance profiles over {len(results['workloads'])} workloads (score in brackets)")
+    ax.set_xlim(1, taus[-1])
+    ax.set_ylim(0, 1.02)
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,97 @@
+"""Time to a fixed target, speed-ups, AlgoPerf's performance profiles and score.
+
+* **Time to target**: the training time (CPU seconds, and optimizer steps) at the first validation
+  whose metric reaches the workload's target; ``None`` when no validation reaches it, or when it is
+  reached only after the time cap (4/3 of the baseline's time for the reference budget).
+* **Per workload**, a configuration's time is the median over the held-out seeds (a failure counts as
+  infinite, so a configuration that fails on most seeds fails the workload).
+* **Performance profile** (AlgoPerf): for each configuration, ``rho(tau)`` = the fraction of workloads
+  where its time is within ``tau`` times the fastest configuration's on that workload.
+* **Score**: the area under ``rho`` from ``tau = 1`` to ``tau_max = 4``, divided by 3, so 1 means the
+  fastest on every workload and 0 means never within 4x of the fastest (or never reaching the target).
+
+Example:
+    >>> points = [{"step": 10, "cpu_s": 1.0, "quality": 0.5}, {"step": 20, "cpu_s": 2.0, "quality": 0.8}]
+    >>> time_to_target(points, 0.7, "max")
+    (20, 2.0)
+    >>> score({"a": 1.0, "b": 2.5})  # fastest on one workload, 2.5x slower than the fastest on the other
+    0.75
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["TAU_MAX", "median_time", "profile", "ratios", "score", "speedups", "time_to_target"]
+
+TAU_MAX = 4.0
+
+
+def time_to_target(points: Sequence[Mapping[str, float]], target: float, mode: str,
+                   cap_seconds: float | None = None) -> tuple[int | None, float | None]:
+    """``(steps, cpu seconds)`` at the first point reaching ``target`` within the cap, or ``(None, None)``."""
+    for point in points:
+        reached = point["quality"] >= target if mode == "max" else point["quality"] <= target
+        if reached and not math.isnan(point["quality"]):
+            if cap_seconds is not None and point["cpu_s"] > cap_seconds:
+                return None, None
+            return int(point["step"]), float(point["cpu_s"])
+    return None, None
+
+
+def median_time(times: Sequence[float | None]) -> float:
+    """The median over seeds with a failure (``None``) as infinity; infinity when there is no seed."""
+    values = sorted(math.inf if t is None else t for t in times)
+    if not values:
+        return math.inf
+    middle = len(values) // 2
+    if len(values) % 2:
+        return values[middle]
+    low, high = values[middle - 1], values[middle]
+    return math.inf if math.isinf(high) else (low + high) / 2
+
+
+def ratios(times: Mapping[str, Mapping[str, float]]) -> dict[str, dict[str, float]]:
+    """``{config: {workload: time / the fastest config's time on that workload}}`` (infinity for failures).
+
+    A workload no configuration reaches the target on is left out of every configuration's ratios.
+    """
+    workloads = sorted({w for per in times.values() for w in per})
+    best = {w: min(per.get(w, math.inf) for per in times.values()) for w in workloads}
+    return {c: {w: (per.get(w, math.inf) / best[w]) for w in workloads if math.isfinite(best[w])}
+            for c, per in times.items()}
+
+
+def profile(config_ratios: Mapping[str, float], taus: Sequence[float]) -> list[float]:
+    """``rho(tau)`` for each ``tau``: the fraction of workloads whose ratio is at most ``tau``."""
+    values = list(config_ratios.values())
+    if not values:
+        return [0.0 for _ in taus]
+    return [sum(r <= tau for r in values) / len(values) for tau in taus]
+
+
+def score(config_ratios: Mapping[str, float], tau_max: float = TAU_MAX) -> float:
+    """The area under the profile from 1 to ``tau_max``, normalised to [0, 1] (exact: the profile is a step function)."""
+    values = list(config_ratios.values())
+    if not values:
+        return 0.0
+    area = sum(max(0.0, tau_max - max(1.0, r)) for r in values if math.isfinite(r))
+    return round(area / (len(values) * (tau_max - 1.0)), 6)
+
+
+def speedups(baseline: Mapping[Any, float | None], config: Mapping[Any, float | None]) -> dict[str, Any]:
+    """Seed by seed, the baseline's time to target over the configuration's; mean and sd where both reached.
+
+    Example:
+        >>> speedups({1: 10.0, 2: 12.0, 3: None}, {1: 5.0, 2: 12.0, 3: 4.0})["per_seed"]
+        {'1': 2.0, '2': 1.0, '3': None}
+    """
+    per_seed = {str(s): (round(baseline[s] / config[s], 4) if baseline.get(s) and config.get(s) else None)
+                for s in baseline}
+    values = [v for v in per_seed.values() if v is not None]
+    return {"per_seed": per_seed, "mean": round(statistics.mean(values), 4) if values else None,
+            "sd": round(statistics.stdev(values), 4) if len(values) > 1 else None,
+            "reached": sum(config.get(s) is not None for s in baseline), "seeds": len(baseline)}

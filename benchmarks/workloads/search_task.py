@@ -1,0 +1,56 @@
+"""The recipe search on one workload, as the benchmark runs it: on the target seeds only, one fit at a time.
+
+The search decides on the first two target seeds and confirms on a third (never on a held-out seed),
+with its default candidates and the published recipes that apply as its starting recipes, timed in
+CPU seconds; its state lives in ``<out>/search_<workload>/`` so it resumes. Its pick then trains on
+the held-out seeds like every other configuration (:mod:`workloads.plan`).
+
+Example:
+    >>> from workloads.plan import SearchSpec
+    >>> SearchSpec("vit", 1e-3, (10, 20), (10, 11), (12,)).key
+    'vit|search|0.001|[10, 20]|[10, 11]'
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from pathlib import Path
+from typing import Any
+
+from workloads.configs import as_spec
+from workloads.plan import SearchSpec
+
+__all__ = ["run_search"]
+
+
+def run_search(spec: SearchSpec, folder: Path) -> dict[str, Any]:
+    """Run the search of ``spec``; return its record (the pick as ``(class name, kwargs)`` pairs, its cost)."""
+    import workloads
+    from composer_bridge.search import search_recipe
+
+    workload = workloads.load(spec.workload)
+    started = time.perf_counter()
+    record: dict[str, Any] = {
+        "key": spec.key, "kind": "search", "workload": spec.workload, "lr": spec.lr,
+        "run_lengths": list(spec.run_lengths), "search_seeds": list(spec.search_seeds),
+        "confirm_seeds": list(spec.confirm_seeds), "error": None}
+    try:
+        result = search_recipe(
+            functools.partial(workload.make_module, lr=spec.lr), workload.make_data, monitor=workload.monitor,
+            mode=workload.mode, run_lengths=list(spec.run_lengths), search_seeds=list(spec.search_seeds),
+            confirm_seeds=list(spec.confirm_seeds), trainer_kwargs={"accelerator": "cpu", "devices": 1},
+            state_dir=Path(folder) / f"search_{spec.workload}", progress=False, **spec.search_kwargs)
+    except Exception as error:  # noqa: BLE001 - the benchmark goes on without this search; its reason is kept
+        return {**record, "recipe": None, "error": f"{type(error).__name__}: {error}"[:2000],
+                "wall_s": round(time.perf_counter() - started, 2)}
+    confirmed = result.confirmed
+    return {
+        **record,
+        "recipe": [list(pair) for pair in as_spec(result.recipe)],
+        "labels": [c.label for c in result.recipe],
+        "search_score": result.search_score,
+        "confirmed_mean": None if confirmed is None else confirmed.mean,
+        "cost": {k: v for k, v in result.cost.items() if isinstance(v, (int, float, str, type(None)))},
+        "steps": list(result.steps), "wall_s": round(time.perf_counter() - started, 2),
+    }
