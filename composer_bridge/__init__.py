@@ -1,6 +1,6 @@
 """composer_bridge: MosaicML Composer's algorithm engine inside PyTorch Lightning.
 
-Example:
+Examples:
     >>> import composer_bridge
     >>> composer_bridge.Event.BATCH_END.value
     'batch_end'

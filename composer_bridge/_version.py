@@ -1,6 +1,6 @@
 """The package version, in a module of its own so that any layer can read it without importing the package root.
 
-Example:
+Examples:
     >>> __version__.count(".")
     2
 """

@@ -3,7 +3,7 @@
 Nothing is downloaded: the digits come with scikit-learn, the text is Python's own standard
 library source. Point the same loaders at your data by building the tensors yourself.
 
-Example:
+Examples:
     >>> train, test = digits_datasets(test_fraction=0.2, seed=0)
     >>> x, y = train[0]
     >>> x.shape, y.dtype
@@ -74,7 +74,7 @@ def cluttered_digits_datasets(
     Everything is drawn from ``torch.Generator().manual_seed(seed)``: the same arguments give the
     same tensors on every machine.
 
-    Example:
+    Examples:
         >>> train, test = cluttered_digits_datasets(copies=1, train_per_class=5, test_per_class=3)
         >>> train.tensors[0].shape, test.tensors[0].shape, int(train.tensors[1].max()) + 1
         (torch.Size([50, 1, 24, 24]), torch.Size([30, 1, 24, 24]), 10)
@@ -141,7 +141,7 @@ def cluttered_digits_loaders(
     unless given): ``seed`` only orders the training batches, so runs of different seeds differ in
     initialisation and data order, not in the task.
 
-    Example:
+    Examples:
         >>> train, test = cluttered_digits_loaders(batch_size=32, copies=1, train_per_class=5)
         >>> next(iter(train))[0].shape
         torch.Size([32, 1, 24, 24])

@@ -6,7 +6,7 @@ Each call returns a fresh list of algorithm instances for
 :class:`~composer_bridge.AlgorithmEngineCallback`; keyword overrides change, add or drop
 algorithms by their snake_case name (:func:`override_key`).
 
-Example:
+Examples:
     >>> from composer_bridge import recipes
     >>> [type(a).__name__ for a in recipes.vision("mild")]
     ['BlurPool', 'ChannelsLast', 'EMA', 'ProgressiveResizing', 'LabelSmoothing']
@@ -234,7 +234,7 @@ def _check_total_steps(where: str, total_steps: Any) -> None:
 def scale_to_run(class_name: str, kwargs: Mapping[str, Any], total_steps: int) -> dict[str, Any]:
     """The arguments of ``class_name`` from a recipe, rescaled for a run of ``total_steps`` optimizer steps.
 
-    Example:
+    Examples:
         >>> scale_to_run("EMA", {"half_life": "100ba", "update_interval": "20ba"}, total_steps=300)
         {'half_life': '15ba', 'update_interval': '3ba'}
         >>> scale_to_run("EMA", {"half_life": "100ba", "update_interval": "20ba"}, total_steps=50_000)
@@ -273,7 +273,7 @@ def vision(name: str = "mild", *, total_steps: int | None = None, missing: str =
         ValueError: unknown recipe name or override key, a value of the wrong kind, or (with
             ``missing="error"``) an algorithm this version of the library does not provide.
 
-    Example:
+    Examples:
         >>> [type(a).__name__ for a in vision("medium")]
         ['BlurPool', 'ChannelsLast', 'EMA', 'ProgressiveResizing', 'LabelSmoothing', 'MixUp', 'SAM']
     """
@@ -294,7 +294,7 @@ def language(name: str = "gpt", max_seq_length: int = 1024, *, total_steps: int 
         missing: as for :func:`vision`.
         **overrides: as for :func:`vision` (``seq_length_warmup={"duration": 0.5}``, ``alibi=None``).
 
-    Example:
+    Examples:
         >>> [type(a).__name__ for a in language("gpt-fast", max_seq_length=128)]
         ['GradientClipping', 'LowPrecisionLayerNorm', 'Alibi', 'SeqLengthWarmup', 'GatedLinearUnits']
     """
@@ -312,7 +312,7 @@ def for_run(name: str, total_steps: int, **kwargs: Any) -> list[Algorithm]:
     max_seq_length=128)`` is ``language("gpt-fast", max_seq_length=128, total_steps=500)``. Other
     keyword arguments (``missing``, overrides) pass through.
 
-    Example:
+    Examples:
         >>> [type(a).__name__ for a in for_run("mild", total_steps=120, ema=None)]
         ['BlurPool', 'ChannelsLast', 'ProgressiveResizing', 'LabelSmoothing']
     """
@@ -341,7 +341,7 @@ def override_key(class_name: str) -> str:
     It is Composer's module name for the algorithm: the class name in snake_case, except where
     Composer writes it as one word (``blurpool``, ``mixup``, ``ghost_batchnorm``).
 
-    Example:
+    Examples:
         >>> override_key("ProgressiveResizing"), override_key("MixUp"), override_key("EMA")
         ('progressive_resizing', 'mixup', 'ema')
     """

@@ -13,7 +13,7 @@ and ``count_module_instances`` is :func:`count_module_instances`. Composer's
 walked into, and a policy that wants only some instances returns ``None`` for the others (it
 receives their ``index``). :func:`replace_modules` gives the full record of what changed.
 
-Example:
+Examples:
     >>> import torch
     >>> from torch import nn
     >>> model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2), nn.ReLU())
@@ -61,7 +61,7 @@ def replace_module_classes(
     ``optimizers`` when they already exist: replaced parameters leave their param groups and the
     new trainable ones join the group of the parameters they replace.
 
-    Example:
+    Examples:
         >>> from torch import nn
         >>> model = nn.Sequential(nn.Linear(2, 2), nn.Tanh())
         >>> [type(new).__name__ for new in replace_module_classes(model, {nn.Tanh: lambda m, i: nn.ReLU()}).values()]
@@ -73,7 +73,7 @@ def replace_module_classes(
 def count_module_instances(module: nn.Module, module_class: type | tuple[type, ...]) -> int:
     """How many modules of ``module_class`` ``module`` holds, itself included, each counted once.
 
-    Example:
+    Examples:
         >>> from torch import nn
         >>> count_module_instances(nn.Sequential(nn.Linear(2, 2), nn.Sequential(nn.Linear(2, 2))), nn.Linear)
         2

@@ -3,7 +3,7 @@
 A box is ``(row_start, col_start, row_end, col_end)``: rows index dimension ``-2`` (height),
 columns dimension ``-1`` (width), ends excluded, so it selects ``x[..., r0:r1, c0:c1]``.
 
-Example:
+Examples:
     >>> import torch
     >>> r0, c0, r1, c1 = random_box(8, 8, 4, 4, False, torch.Generator().manual_seed(0))
     >>> 0 <= r0 <= r1 <= 8 and 0 <= c0 <= c1 <= 8 and r1 - r0 <= 4

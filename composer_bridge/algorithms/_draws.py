@@ -6,7 +6,7 @@ sampler, :func:`log_gamma`, which AugMix's mixing weights use too) and a pairing
 (:func:`random_int`). Scalars come from a CPU generator as plain Python numbers, with no device
 round trip; permutations are drawn where the generator lives and moved to the batch's device.
 
-Example:
+Examples:
     >>> import torch
     >>> g = torch.Generator().manual_seed(0)
     >>> 0 <= random_int(0, 10, g) < 10, 0.0 <= sample_beta(0.5, g) <= 1.0
@@ -38,7 +38,7 @@ def log_gamma(shape: float, size: tuple[int, ...], generator: torch.Generator | 
     (``Gamma(k) = Gamma(k + 1) * U ** (1 / k)``), in log space so small shapes do not underflow.
     The draws are made where ``generator`` lives (``device`` without one), in float64.
 
-    Example:
+    Examples:
         >>> g = torch.Generator().manual_seed(0)
         >>> draws = log_gamma(2.0, (20000,), g).exp()
         >>> round(float(draws.mean()), 1), round(float(draws.var()), 1)  # Gamma(2, 1): mean 2, variance 2

@@ -9,7 +9,7 @@ of the model's modules is an instance of a class defined in a library of :data:`
 class counts), the package that registers that library's policies is imported. A model holding no
 such class imports nothing.
 
-Example:
+Examples:
     >>> import sys
     >>> from torch import nn
     >>> libraries_of(nn.Sequential(nn.Linear(2, 2)))

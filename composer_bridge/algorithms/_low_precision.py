@@ -1,7 +1,7 @@
 """What LowPrecisionLayerNorm and LowPrecisionGroupNorm share: the autocast dtype, the mixed
 precisions they apply in, the surgery body and the ``apply_at`` handling.
 
-Example:
+Examples:
     >>> import torch
     >>> autocast_dtype(torch.zeros(1)) is None
     True

@@ -7,7 +7,7 @@ which can only lower the error. :func:`factorize_conv2d` does the same for a con
 writing it as a matrix product over unfolded input patches. Both take Composer's arguments in
 Composer's order and return a :class:`LowRankSolution`.
 
-Example:
+Examples:
     >>> import torch
     >>> g = torch.Generator().manual_seed(0)
     >>> X = torch.randn(200, 16, generator=g)
@@ -105,7 +105,7 @@ def factorize_matrix(
         help: ``Wa`` is then the plain least-squares map and ``Wb`` is ``None``; when it is at least
         the current latent size, the current factors come back unchanged. In both cases ``rank`` is ``-1``.
 
-    Example:
+    Examples:
         >>> import torch
         >>> X, W = torch.randn(64, 8), torch.randn(8, 8)
         >>> factorize_matrix(X, X @ W, W, rank=2).Wb.shape
@@ -215,7 +215,7 @@ def factorize_conv2d(
         A :class:`LowRankSolution` with ``Wa`` ``(rank, C_in, kh, kw)``, ``Wb`` ``(C_out, rank, 1, 1)``
         and ``bias`` for the second convolution.
 
-    Example:
+    Examples:
         >>> import torch
         >>> X, W = torch.randn(2, 4, 8, 8), torch.randn(6, 4, 3, 3)
         >>> solution = factorize_conv2d(X, W, rank=2, padding=1)

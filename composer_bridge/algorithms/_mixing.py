@@ -1,7 +1,7 @@
 """What the example-mixing algorithms (MixUp, CutMix) share: the ``alpha`` check, tensor checks,
 and the loss against the partners' targets for ``interpolate_loss=True``.
 
-Example:
+Examples:
     >>> import torch
     >>> check_alpha(0.2, "MixUp", 0.2)  # fine: returns None
     >>> require_tensors("MixUp", inputs=torch.zeros(2), targets=[0, 1])

@@ -12,7 +12,7 @@ interface needs anyway).
 - :func:`pil_to_levels` / :func:`levels_to_pil`: an 8-bit ``"L"`` or ``"RGB"`` image as a ``uint8``
   ``(C, H, W)`` tensor and back, for the augmentations, which compute on channel levels.
 
-Example:
+Examples:
     >>> import torch
     >>> from PIL import Image
     >>> image = Image.new("RGB", (4, 3), (10, 20, 30))

@@ -7,7 +7,7 @@ SelectiveBackprop, StochasticDepth, SeqLengthWarmup); :func:`fraction_of_run` an
 form for optimizer steps) is the one place where epochs and batches are converted, with the
 run's ``dataloader_len`` (optimizer steps per epoch).
 
-Example:
+Examples:
     >>> from composer_bridge.core.time import TimeUnit
     >>> parse_time_hparam("EMA", "ema_start", "0.1dur", (TimeUnit.BATCH, TimeUnit.DURATION))
     Time(0.1, TimeUnit.DURATION)

@@ -13,7 +13,7 @@ shard. Three things need care, and this module does them:
 - whole tensors loaded from a checkpoint are sharded again like the parameter they belong to:
   :func:`like` (no communication: every rank keeps its own slice).
 
-Example:
+Examples:
     >>> import torch
     >>> t = torch.ones(2)
     >>> full_tensor(t) is t, is_sharded(torch.nn.Linear(2, 2))

@@ -20,7 +20,7 @@ call it after creating one, pass ``optimizers=``: parameters that left the model
 their param group (and their optimizer state dropped), and new trainable parameters join the
 group that held the replaced module's parameters.
 
-Example:
+Examples:
     >>> import torch
     >>> from torch import nn
     >>> model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))

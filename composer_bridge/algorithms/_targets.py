@@ -1,6 +1,6 @@
 """Class targets as per-class probabilities, shared by LabelSmoothing, MixUp and CutMix.
 
-Example:
+Examples:
     >>> import torch
     >>> targets_as_probabilities(torch.zeros(2, 3), torch.tensor([2, 0])).tolist()
     [[0.0, 0.0, 1.0], [1.0, 0.0, 0.0]]

@@ -20,7 +20,7 @@ returns the replacement (or the module changed in place, or ``None`` to skip it)
 :func:`alibi_slopes` and :func:`alibi_bias` give the bias; entries you pass override the
 defaults for the same class.
 
-Example:
+Examples:
     >>> import torch
     >>> from composer_bridge.models import GPT
     >>> gpt = GPT(vocab_size=16, block_size=8, d_model=16, n_heads=2)
@@ -296,7 +296,7 @@ class Alibi(SurgeryAlgorithm):
             them. Evaluation batches are left alone.
         policy: your own ``{class: fn(module, max_sequence_length)}`` surgery entries.
 
-    Example:
+    Examples:
         >>> Alibi(max_sequence_length=128)
         Alibi(max_sequence_length=128, train_sequence_length_scaling=0.25, policy=None)
     """

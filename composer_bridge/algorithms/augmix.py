@@ -6,7 +6,7 @@ to single images (tensors or Pillow images) in a ``Dataset``. Unlike Composer's 
 in the data loader workers), the augmentations here are tensor operations on the whole batch;
 each image still gets its own chains, ops, magnitudes and mixing weights.
 
-Example:
+Examples:
     >>> import torch
     >>> g = torch.Generator().manual_seed(0)
     >>> out = augmix_image(torch.rand(4, 3, 16, 16), severity=3, width=3, generator=g)
@@ -98,7 +98,7 @@ def augmix_image(
     Returns:
         A new tensor of ``img``'s shape and dtype, or a new Pillow image of ``img``'s mode.
 
-    Example:
+    Examples:
         >>> import torch
         >>> x = torch.rand(2, 3, 8, 8)
         >>> out = augmix_image(x, severity=0, depth=1, width=1, augmentation_set=["translate_x"])
@@ -145,7 +145,7 @@ class AugmentAndMixTransform(torch.nn.Module):
         alpha: see :class:`AugMix`. Default ``1.0``.
         augmentation_set: see :class:`AugMix`. Default ``"all"``.
 
-    Example:
+    Examples:
         >>> import torch
         >>> AugmentAndMixTransform(severity=3, width=3)(torch.rand(3, 32, 32)).shape
         torch.Size([3, 32, 32])
@@ -192,7 +192,7 @@ class AugMix(Algorithm):
         std: per-channel standard deviations the batch was normalised with, with ``mean``.
         input_key: where the images are in the batch.
 
-    Example:
+    Examples:
         >>> AugMix(severity=3, width=3)
         AugMix(severity=3, depth=-1, width=3, alpha=1.0, augmentation_set='all', mean=None, std=None, input_key=0)
     """

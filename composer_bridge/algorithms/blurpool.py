@@ -4,7 +4,7 @@ Strided convolutions become :class:`BlurConv2d` (a 3x3 binomial blur, then the o
 convolution, whose weights are kept) and max-pools become :class:`BlurMaxPool2d` (max with
 stride 1, then a strided blur).
 
-Example:
+Examples:
     >>> import torch
     >>> from torch import nn
     >>> net = nn.Sequential(nn.Conv2d(16, 16, 3, stride=2, padding=1), nn.MaxPool2d(2))
@@ -57,7 +57,7 @@ def blur_2d(
         filter: a ``(kH, kW)`` filter applied to every channel, or a ``(C, 1, kH, kW)`` depthwise
             filter, with odd sides (default: the binomial filter).
 
-    Example:
+    Examples:
         >>> import torch
         >>> blur_2d(torch.ones(1, 2, 4, 4), stride=2)[0, 0].tolist()
         [[0.5625, 0.75], [0.75, 1.0]]
@@ -91,7 +91,7 @@ def blurmax_pool2d(
     to 2 whatever the kernel size (:class:`BlurMaxPool2d`, like ``nn.MaxPool2d``, defaults the
     stride to the kernel size instead).
 
-    Example:
+    Examples:
         >>> import torch
         >>> blurmax_pool2d(torch.randn(1, 3, 8, 8), kernel_size=3).shape
         torch.Size([1, 3, 3, 3])
@@ -110,7 +110,7 @@ class BlurConv2d(nn.Module):
     groups, bias, blur_first)``, which builds a fresh convolution. :meth:`from_conv2d` copies an
     existing convolution (Composer's conversion; the original is left untouched).
 
-    Example:
+    Examples:
         >>> import torch
         >>> conv = torch.nn.Conv2d(3, 8, 3, stride=2, padding=1)
         >>> blurred = BlurConv2d.from_conv2d(conv)
@@ -219,7 +219,7 @@ class BlurPool2d(nn.Module):
         stride: subsampling after the blur.
         padding: kept for Composer's signature; the blur always pads to keep the size before subsampling.
 
-    Example:
+    Examples:
         >>> import torch
         >>> BlurPool2d(channels=3)(torch.randn(1, 3, 8, 8)).shape
         torch.Size([1, 3, 4, 4])
@@ -297,7 +297,7 @@ class BlurPool(SurgeryAlgorithm):
 
     Takes the arguments of :func:`apply_blurpool` (Composer's defaults).
 
-    Example:
+    Examples:
         >>> BlurPool(min_channels=8)
         BlurPool(replace_convs=True, replace_maxpools=True, blur_first=True, min_channels=8)
     """

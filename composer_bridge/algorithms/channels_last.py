@@ -3,7 +3,7 @@
 Outputs are unchanged (only the memory layout moves); inputs are converted by the convolutions
 themselves, so no data loader change is needed.
 
-Example:
+Examples:
     >>> import torch
     >>> net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.Conv2d(8, 8, 1))
     >>> apply_channels_last(net)
@@ -63,7 +63,7 @@ class ChannelsLast(SurgeryAlgorithm):
     the bridge refuses ChannelsLast under Lightning's ``ModelParallelStrategy`` at setup
     (``non_contiguous_weights``).
 
-    Example:
+    Examples:
         >>> ChannelsLast()
         ChannelsLast()
     """

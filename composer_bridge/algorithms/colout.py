@@ -8,7 +8,7 @@ width lose the same ones as their image). :class:`ColOutTransform` does it to si
 (any mode; the result is an image of the same mode holding exactly the kept pixels). Pillow is
 never imported here, only recognised when given.
 
-Example:
+Examples:
     >>> import torch
     >>> g = torch.Generator().manual_seed(0)
     >>> images, masks = colout_batch((torch.randn(4, 3, 20, 10), torch.zeros(4, 20, 10)), generator=g)
@@ -161,7 +161,7 @@ def colout_batch(
         The smaller images, or the pair ``(images, targets)`` when ``sample`` is a pair
         (targets unchanged unless resized).
 
-    Example:
+    Examples:
         >>> import torch
         >>> colout_batch(torch.randn(2, 3, 10, 10), p_row=0.5, p_col=0.2).shape
         torch.Size([2, 3, 5, 8])
@@ -226,7 +226,7 @@ class ColOutTransform:
             width, e.g. an ``(H, W)`` mask, or the target is a Pillow image of the image's size).
         generator: an optional source of the draws.
 
-    Example:
+    Examples:
         >>> import torch
         >>> transform = ColOutTransform(p_row=0.5, p_col=0.25)
         >>> image, mask = transform((torch.randn(3, 8, 8), torch.zeros(8, 8)))
@@ -295,7 +295,7 @@ class ColOut(Algorithm):
         input_key: where the inputs are in the batch (index, dict key or ``(getter, setter)``).
         target_key: where the targets are in the batch.
 
-    Example:
+    Examples:
         >>> ColOut(p_row=0.15, p_col=0.15)
         ColOut(p_row=0.15, p_col=0.15, batch=True, resize_target='auto', input_key=0, target_key=1)
     """

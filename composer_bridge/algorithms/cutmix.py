@@ -8,7 +8,7 @@ partner's box pasted instead) or, with ``interpolate_loss=True``, interpolates t
 A box is ``(row_start, col_start, row_end, col_end)``: rows index dimension ``-2`` (height),
 columns dimension ``-1`` (width), ends excluded, so it selects ``x[..., r0:r1, c0:c1]``.
 
-Example:
+Examples:
     >>> import torch
     >>> x = torch.stack([torch.zeros(1, 2, 4), torch.ones(1, 2, 4)])
     >>> mixed, y_partner, area, box = cutmix_batch(x, torch.tensor([0, 1]), bbox=(0, 0, 2, 1),
@@ -87,7 +87,7 @@ def cutmix_batch(
         ``(mixed_input, permuted_target, area, bbox)``, where ``area`` is the fraction of each
         image that is still its own.
 
-    Example:
+    Examples:
         >>> import torch
         >>> g = torch.Generator().manual_seed(0)
         >>> mixed, y_perm, area, box = cutmix_batch(torch.randn(4, 3, 8, 6), torch.arange(4), generator=g)
@@ -144,7 +144,7 @@ class CutMix(Algorithm):
         input_key: where the inputs are in the batch (index, dict key or ``(getter, setter)``).
         target_key: where the targets are in the batch.
 
-    Example:
+    Examples:
         >>> CutMix(alpha=1.0)
         CutMix(alpha=1.0, interpolate_loss=False, uniform_sampling=False, input_key=0, target_key=1)
     """

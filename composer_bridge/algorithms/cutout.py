@@ -3,7 +3,7 @@
 Functional form :func:`cutout_batch`; the :class:`CutOut` algorithm applies it to every training
 micro-batch at ``AFTER_DATALOADER``. The same holes are cut from every image of a batch.
 
-Example:
+Examples:
     >>> import torch
     >>> g = torch.Generator().manual_seed(0)
     >>> out = cutout_batch(torch.ones(2, 3, 8, 8), num_holes=1, length=0.5, generator=g)
@@ -62,7 +62,7 @@ def cutout_batch(
     Returns:
         A new tensor: ``input`` with the holes set to zero.
 
-    Example:
+    Examples:
         >>> import torch
         >>> out = cutout_batch(torch.ones(1, 1, 4, 6), length=0.5, generator=torch.Generator().manual_seed(1))
         >>> out.shape, 1 <= int((out == 0).sum()) <= 4  # one hole of at most 2x2 pixels
@@ -90,7 +90,7 @@ class CutOut(Algorithm):
         uniform_sampling: every pixel equally likely to be covered. Default ``False``.
         input_key: where the images are in the batch.
 
-    Example:
+    Examples:
         >>> CutOut(num_holes=1, length=0.25)
         CutOut(num_holes=1, length=0.25, uniform_sampling=False, input_key=0)
     """

@@ -1,6 +1,6 @@
 """Exponential moving average (EMA) of the weights, evaluated in place of the training weights.
 
-Example:
+Examples:
     >>> import torch
     >>> model, average = torch.nn.Linear(2, 1), torch.nn.Linear(2, 1)
     >>> with torch.no_grad():
@@ -62,7 +62,7 @@ def compute_ema(
         ema_model: the running average, updated in place.
         smoothing: how much of the old average to keep per update, in ``[0, 1]`` (1 leaves it unchanged).
 
-    Example:
+    Examples:
         >>> import torch
         >>> model = torch.nn.Linear(1, 1, bias=False)
         >>> ema = {"weight": torch.zeros(1, 1)}
@@ -118,7 +118,7 @@ class EMA(Algorithm):
         update_interval: how often to update (``'ba'`` or ``'ep'``); default one unit of
             ``half_life`` (``'1ba'`` for ``'auto'``, ``'dur'`` or ``smoothing``).
 
-    Example:
+    Examples:
         >>> EMA()
         EMA(half_life='auto', smoothing=None, ema_start='0.0dur', update_interval=None)
         >>> round(EMA(half_life="10ba").smoothing_for(state=None), 4)  # 2 ** (-1 / 10)

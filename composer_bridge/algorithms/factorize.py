@@ -9,7 +9,7 @@ Composer initialises the factors afresh instead. ``set_rank`` shrinks a factoris
 fitting the new factors to its outputs on sample inputs (:func:`factorize_matrix`,
 :func:`factorize_conv2d`).
 
-Example:
+Examples:
     >>> import torch
     >>> net = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
     >>> apply_factorization(net, min_features=32, latent_features=0.25)
@@ -165,7 +165,7 @@ class _Factorized(nn.Module):
         Raises:
             ValueError: ``rank`` is not a whole number between 1 and the current latent size.
 
-        Example:
+        Examples:
             >>> layer = FactorizedLinear(32, 32, latent_features=8)
             >>> layer.set_rank(torch.randn(64, 32), 4)
             >>> layer.latent_features, tuple(layer.module1.weight.shape)
@@ -186,7 +186,7 @@ class FactorizedLinear(_Factorized):
     Composer's argument order (``bias`` before ``latent_features``). A latent size that saves no
     multiply-adds (see :meth:`max_allowed_latent_features`) raises ``ValueError``.
 
-    Example:
+    Examples:
         >>> layer = FactorizedLinear(64, 32, latent_features=8)
         >>> layer.module0.weight.shape, FactorizedLinear.max_allowed_latent_features(64, 32)
         (torch.Size([8, 64]), 21)
@@ -251,7 +251,7 @@ class FactorizedConv2d(_Factorized):
     A latent size that saves no multiply-adds (see :meth:`max_allowed_latent_channels`) raises
     ``ValueError``; so do grouped convolutions (``NotImplementedError``, as in Composer).
 
-    Example:
+    Examples:
         >>> layer = FactorizedConv2d(16, 16, 3, latent_channels=4, padding=1)
         >>> layer(torch.randn(1, 16, 8, 8)).shape, FactorizedConv2d.max_allowed_latent_channels(16, 16, 3)
         (torch.Size([1, 16, 8, 8]), 14)
@@ -432,7 +432,7 @@ class Factorize(SurgeryAlgorithm):
     (``min_channels=256``, ``min_features=256``, ``latent_features=128``), which differ from the
     functional form's (512, 512, 0.25), as in Composer.
 
-    Example:
+    Examples:
         >>> Factorize(min_channels=64, latent_channels=0.5)  # doctest: +NORMALIZE_WHITESPACE
         Factorize(factorize_convs=True, factorize_linears=True, min_channels=64, latent_channels=0.5,
                   min_features=256, latent_features=128)

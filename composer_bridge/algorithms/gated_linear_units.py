@@ -18,7 +18,7 @@ Your own classes: ``policy={MyFFN: fn}`` with ``fn(module, act_fn, gated_layer_b
 non_gated_layer_bias)`` returning the replacement (or ``None``); ``act_fn`` is ``None`` when the
 user left it to the model. :class:`GatedFeedForward` and :class:`GatedProjection` are building blocks.
 
-Example:
+Examples:
     >>> import torch
     >>> from composer_bridge.models import GPT
     >>> gpt = GPT(vocab_size=16, block_size=8, d_model=16, n_heads=2)
@@ -221,7 +221,7 @@ class GatedLinearUnits(SurgeryAlgorithm):
     Takes the arguments of :func:`apply_gated_linear_units` (Composer's defaults). ``repr`` evaluates back
     when ``act_fn`` is ``None`` or a name and ``policy`` is ``None``.
 
-    Example:
+    Examples:
         >>> GatedLinearUnits(act_fn="silu")
         GatedLinearUnits(act_fn='silu', gated_layer_bias=False, non_gated_layer_bias=False, policy=None)
     """

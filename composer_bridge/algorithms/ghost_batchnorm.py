@@ -5,7 +5,7 @@ separately (with its momentum divided by the number of chunks, so the running st
 about as fast as before). In evaluation it is the original batch norm: same running statistics,
 same output.
 
-Example:
+Examples:
     >>> import torch
     >>> net = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3), torch.nn.BatchNorm2d(4))
     >>> apply_ghost_batchnorm(net, ghost_batch_size=2)
@@ -86,7 +86,7 @@ def apply_ghost_batchnorm(model: nn.Module, ghost_batch_size: int = 32, optimize
 class GhostBatchNorm(SurgeryAlgorithm):
     """Normalise over sub-batches of ``ghost_batch_size`` samples in training, applied at ``Event.INIT``.
 
-    Example:
+    Examples:
         >>> GhostBatchNorm(ghost_batch_size=16)
         GhostBatchNorm(ghost_batch_size=16)
     """

@@ -1,6 +1,6 @@
 """Gradient clipping by global norm, by value, or adaptively per unit (AGC, Brock et al. 2021).
 
-Example:
+Examples:
     >>> import torch
     >>> model = torch.nn.Linear(3, 2)
     >>> model(torch.randn(4, 3)).pow(2).sum().mul(100).backward()
@@ -100,7 +100,7 @@ def apply_gradient_clipping(
             FSDP2 (``fully_shard``, ``DTensor`` gradients) needs nothing: torch's clipping functions
             compute the global norm over all ranks' shards, and every unit of AGC lies within one shard.
 
-    Example:
+    Examples:
         >>> import torch
         >>> layer = torch.nn.Linear(2, 1)
         >>> layer.weight.grad = torch.tensor([[3.0, -4.0]]); layer.bias.grad = torch.tensor([0.5])
@@ -144,7 +144,7 @@ class GradientClipping(Algorithm):
         clipping_type: ``'norm'``, ``'value'`` or ``'adaptive'`` (see :func:`apply_gradient_clipping`).
         clipping_threshold: the threshold for that type.
 
-    Example:
+    Examples:
         >>> GradientClipping(clipping_type="norm", clipping_threshold=1.0)
         GradientClipping(clipping_type='norm', clipping_threshold=1.0)
     """

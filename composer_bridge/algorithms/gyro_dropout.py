@@ -11,7 +11,7 @@ Differences from Composer: the masks come from seeded generators (the run's gene
 so a resumed run uses the same masks as an uninterrupted one; surgery runs at ``INIT`` (Composer:
 ``FIT_START``) and the schedule is set once the number of steps is known.
 
-Example:
+Examples:
     >>> import torch
     >>> net = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Dropout(0.5))
     >>> apply_gyro_dropout(net, iters_per_epoch=10, max_epoch=2, p=0.5, sigma=4, tau=2)
@@ -71,7 +71,7 @@ class GyroDropoutLayer(nn.Module):
     ``training_step`` counts training forwards; a training loop may set it to its step count.
     ``dropout_mask`` holds the last training forward's mask (one row per sample), as in Composer.
 
-    Example:
+    Examples:
         >>> layer = GyroDropoutLayer(iters_per_epoch=196, max_epoch=100, p=0.5, sigma=256, tau=16)
         >>> layer.period  # int(196 * 100 / 256) * 16
         1216
@@ -195,7 +195,7 @@ class GyroDropout(SurgeryAlgorithm):
 
     Takes ``p``, ``sigma`` and ``tau`` of :func:`apply_gyro_dropout` (Composer's defaults).
 
-    Example:
+    Examples:
         >>> GyroDropout(sigma=64, tau=8)
         GyroDropout(p=0.5, sigma=64, tau=8)
     """

@@ -6,7 +6,7 @@ metrics and other algorithms see the real labels. Outputs may be a logits tensor
 dimension 1) or, as Hugging Face models return, an object with a ``logits`` attribute or key
 (classes last, labels ``-100`` ignored).
 
-Example:
+Examples:
     >>> import torch
     >>> logits = torch.zeros(2, 4)
     >>> smooth_labels(logits, torch.tensor([0, 3]), smoothing=0.2)
@@ -53,7 +53,7 @@ def smooth_labels(
         The smoothed targets, shaped like ``logits``: float32 for index targets, the targets'
         dtype for probability targets.
 
-    Example:
+    Examples:
         >>> import torch
         >>> out = smooth_labels(torch.zeros(1, 5), torch.tensor([2]), smoothing=0.5)
         >>> tuple(round(p, 3) for p in out[0].tolist())
@@ -93,7 +93,7 @@ class LabelSmoothing(Algorithm):
         smoothing: weight of the uniform distribution, in ``[0, 1]``. Default ``0.1``.
         target_key: where the targets are in the batch (index, dict key or ``(getter, setter)``).
 
-    Example:
+    Examples:
         >>> algorithm = LabelSmoothing(smoothing=0.1)
         >>> algorithm
         LabelSmoothing(smoothing=0.1, target_key=1)

@@ -1,6 +1,6 @@
 """Layer freezing: stop training the earliest layers progressively, from ``freeze_start`` to the end.
 
-Example:
+Examples:
     >>> import torch
     >>> model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2), torch.nn.Linear(2, 1))
     >>> optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -41,7 +41,7 @@ def _check_fraction(value: object, name: str, where: str, upper_open: bool) -> N
 def freeze_schedule(current_duration: float, freeze_start: float, freeze_level: float) -> float:
     """The fraction of layers frozen at ``current_duration``: 0 until ``freeze_start``, then linear to ``freeze_level`` at 1.
 
-    Example:
+    Examples:
         >>> freeze_schedule(0.75, freeze_start=0.5, freeze_level=1.0)
         0.5
     """
@@ -53,7 +53,7 @@ def freeze_schedule(current_duration: float, freeze_start: float, freeze_level: 
 def layers_of(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
     """The model's layers in registration order: modules without children that hold parameters.
 
-    Example:
+    Examples:
         >>> net = torch.nn.Sequential(torch.nn.Linear(1, 1), torch.nn.ReLU(), torch.nn.Linear(1, 1))
         >>> [name for name, _ in layers_of(net)]
         ['0', '2']
@@ -149,7 +149,7 @@ class LayerFreezing(Algorithm):
         freeze_start: fraction of training before freezing starts, in ``[0, 1)``. Default ``0.5``.
         freeze_level: fraction of layers frozen at the end, in ``[0, 1]``. Default ``1.0``.
 
-    Example:
+    Examples:
         >>> LayerFreezing(freeze_start=0.5, freeze_level=1.0)
         LayerFreezing(freeze_start=0.5, freeze_level=1.0)
     """

@@ -4,7 +4,7 @@ The GroupNorm counterpart of :mod:`~composer_bridge.algorithms.low_precision_lay
 ``torch.autocast``, :class:`LPGroupNorm` normalises in the autocast dtype; outside autocast it is
 an ordinary ``nn.GroupNorm``. Applies only with ``"bf16-mixed"`` or ``"16-mixed"`` precision.
 
-Example:
+Examples:
     >>> import torch
     >>> net = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3), torch.nn.GroupNorm(2, 4))
     >>> apply_low_precision_groupnorm(net, precision="bf16-mixed")
@@ -81,7 +81,7 @@ class LowPrecisionGroupNorm(LowPrecisionNormSurgery):
     Args:
         apply_at: ``"init"``, ``"before_load"`` or ``"after_load"`` (an :class:`Event` works too).
 
-    Example:
+    Examples:
         >>> LowPrecisionGroupNorm(apply_at="after_load")
         LowPrecisionGroupNorm(apply_at='after_load')
     """

@@ -6,7 +6,7 @@ traffic (Composer's replacement for fused LayerNorm kernels). Outside autocast i
 ``nn.LayerNorm``. The surgery only applies with a mixed precision (``"bf16-mixed"``,
 ``"16-mixed"``): in fp32 it would change nothing.
 
-Example:
+Examples:
     >>> import torch
     >>> net = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.LayerNorm(8))
     >>> apply_low_precision_layernorm(net, precision="bf16-mixed")
@@ -86,7 +86,7 @@ class LowPrecisionLayerNorm(LowPrecisionNormSurgery):
         apply_at: ``"init"``, ``"before_load"`` or ``"after_load"`` (an :class:`Event` works too;
             it is stored as its string value so that ``repr`` evaluates back).
 
-    Example:
+    Examples:
         >>> LowPrecisionLayerNorm()
         LowPrecisionLayerNorm(apply_at='init')
     """

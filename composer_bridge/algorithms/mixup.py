@@ -5,7 +5,7 @@ Functional form :func:`mixup_batch`; the :class:`MixUp` algorithm mixes the inpu
 with ``interpolate_loss=True``, computes the loss a second time against the partners' targets
 and interpolates the two losses at ``BEFORE_BACKWARD``.
 
-Example:
+Examples:
     >>> import torch
     >>> x = torch.tensor([[0.0], [10.0]])
     >>> y = torch.tensor([0, 1])
@@ -70,7 +70,7 @@ def mixup_batch(
     Returns:
         ``(mixed_input, permuted_target, mixing)``.
 
-    Example:
+    Examples:
         >>> import torch
         >>> g = torch.Generator().manual_seed(0)
         >>> mixed, y_perm, mixing = mixup_batch(torch.randn(8, 3, 4, 4), torch.arange(8), generator=g)
@@ -106,7 +106,7 @@ class MixUp(Algorithm):
         input_key: where the inputs are in the batch (index, dict key or ``(getter, setter)``).
         target_key: where the targets are in the batch.
 
-    Example:
+    Examples:
         >>> MixUp(alpha=0.2)
         MixUp(alpha=0.2, interpolate_loss=False, input_key=0, target_key=1)
     """

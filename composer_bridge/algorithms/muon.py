@@ -3,7 +3,7 @@
 ``torch.optim.Muon`` (torch >= 2.9) does the maths; this module chooses its parameters and joins
 it to the optimizer the user built, so that one optimizer steps, schedules and checkpoints both.
 
-Example:
+Examples:
     >>> import torch
     >>> model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 8),
     ...                             torch.nn.ReLU(), torch.nn.Linear(8, 2))
@@ -206,7 +206,7 @@ class Muon(Algorithm):
     ``weight_decay=0.1``, ``momentum=0.95``, ``nesterov=True``, ``ns_coefficients=(3.4445, -4.775, 2.0315)``,
     ``eps=1e-7``, ``ns_steps=5``, ``adjust_lr_fn=None`` (``"original"`` or ``"match_rms_adamw"``).
 
-    Example:
+    Examples:
         >>> Muon(lr=0.02)
         Muon(lr=0.02, weight_decay=0.1, momentum=0.95, nesterov=True, ns_coefficients=(3.4445, -4.775, 2.0315), eps=1e-07, ns_steps=5, adjust_lr_fn=None)
     """

@@ -9,7 +9,7 @@ training micro-batch at ``AFTER_DATALOADER`` by a factor that holds at ``initial
 Schedule points accept what Composer takes (fractions of the run, ``0.5``) and time strings
 (``"0.5dur"``, or ``"3ep"``/``"200ba"``, converted with the run's length).
 
-Example:
+Examples:
     >>> import torch
     >>> x, y = resize_batch(torch.randn(2, 3, 8, 12), torch.tensor([0, 1]), scale_factor=0.5)
     >>> x.shape, y.tolist()
@@ -92,7 +92,7 @@ def resize_batch(
     Returns:
         ``(input_resized, target_resized_or_unchanged)``.
 
-    Example:
+    Examples:
         >>> import torch
         >>> x, y = resize_batch(torch.randn(2, 3, 8, 8), torch.zeros(2, 8, 8, dtype=torch.long), 0.5,
         ...                     mode="crop", resize_targets=True, generator=torch.Generator().manual_seed(0))
@@ -157,7 +157,7 @@ class ProgressiveResizing(Algorithm):
         input_key: where the inputs are in the batch (index, dict key or ``(getter, setter)``).
         target_key: where the targets are in the batch.
 
-    Example:
+    Examples:
         >>> ProgressiveResizing(initial_scale=0.5, delay_fraction="0.3dur")
         ProgressiveResizing(mode='resize', initial_scale=0.5, finetune_fraction=0.2, delay_fraction='0.3dur', \
 size_increment=4, resize_targets=False, input_key=0, target_key=1)

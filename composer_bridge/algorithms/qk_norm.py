@@ -25,7 +25,7 @@ classes meets the surgery). Your own classes: ``policy={MyAttention: fn}`` with 
 returning the module changed in place (see :func:`normalise_projection`), a replacement, or
 ``None`` to skip it.
 
-Example:
+Examples:
     >>> import torch
     >>> from composer_bridge.models import GPT
     >>> gpt = GPT(vocab_size=16, block_size=8, d_model=16, n_layers=2, n_heads=2)
@@ -90,7 +90,7 @@ class HeadRMSNorm(nn.Module):
 
     Computed in float32 and returned in the input's dtype, as Llama's and Qwen3's norms do.
 
-    Example:
+    Examples:
         >>> norm = HeadRMSNorm(4)
         >>> [round(v, 4) for v in norm(torch.tensor([2.0, -2.0, 2.0, 2.0])).tolist()]
         [1.0, -1.0, 1.0, 1.0]
@@ -127,7 +127,7 @@ class QKNormProjection(nn.Module):
         blocks: how many equal blocks the output holds.
         eps: the norms' epsilon.
 
-    Example:
+    Examples:
         >>> import torch
         >>> qk = QKNormProjection(torch.nn.Linear(4, 12), head_dim=2, queries=(0, 4), keys=(4, 8))
         >>> out = qk(torch.randn(3, 4)).detach()
@@ -395,7 +395,7 @@ def apply_qk_norm(
         The number of attention modules changed (a warning is raised when it is zero). Applying
         it twice changes nothing the second time.
 
-    Example:
+    Examples:
         >>> import torch
         >>> layer = torch.nn.TransformerEncoderLayer(d_model=8, nhead=2, batch_first=True)
         >>> apply_qk_norm(layer)
@@ -434,7 +434,7 @@ class QKNorm(SurgeryAlgorithm):
         eps: the RMSNorms' epsilon; default ``1e-6`` (Qwen3, Gemma 3, OLMo 2).
         policy: your own ``{attention class: fn(module, eps)}`` surgery entries.
 
-    Example:
+    Examples:
         >>> QKNorm()
         QKNorm(eps=1e-06, policy=None)
     """

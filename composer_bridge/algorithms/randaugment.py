@@ -7,7 +7,7 @@ Composer's (Pillow operations in the data loader workers), the augmentations her
 operations on the whole batch; each image still gets its own ops and magnitudes. The ops and Composer's severity scale are
 described in :mod:`composer_bridge.algorithms._augment_ops`.
 
-Example:
+Examples:
     >>> import torch
     >>> g = torch.Generator().manual_seed(0)
     >>> out = randaugment_image(torch.rand(4, 3, 16, 16), severity=9, depth=2, generator=g)
@@ -78,7 +78,7 @@ def randaugment_image(
     Returns:
         A new tensor of ``img``'s shape and dtype, or a new Pillow image of ``img``'s mode.
 
-    Example:
+    Examples:
         >>> import torch
         >>> x = torch.rand(3, 8, 8)
         >>> torch.equal(randaugment_image(x, depth=0), x)
@@ -112,7 +112,7 @@ class RandAugmentTransform(torch.nn.Module):
         depth: see :class:`RandAugment`. Default ``2``.
         augmentation_set: see :class:`RandAugment`. Default ``"all"``.
 
-    Example:
+    Examples:
         >>> import torch
         >>> transform = RandAugmentTransform(severity=9, depth=2)
         >>> transform(torch.rand(3, 32, 32)).shape
@@ -152,7 +152,7 @@ class RandAugment(Algorithm):
         std: per-channel standard deviations the batch was normalised with, with ``mean``.
         input_key: where the images are in the batch.
 
-    Example:
+    Examples:
         >>> RandAugment(severity=9, depth=1)
         RandAugment(severity=9, depth=1, augmentation_set='all', mean=None, std=None, input_key=0)
     """

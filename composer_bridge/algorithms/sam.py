@@ -1,6 +1,6 @@
 """Sharpness-aware minimization (Foret et al. 2020): step with the gradient at the worst nearby point.
 
-Example:
+Examples:
     >>> import torch
     >>> model = torch.nn.Linear(2, 1)
     >>> optimizer = SAMOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), rho=0.05)
@@ -177,7 +177,7 @@ class SAM(Algorithm):
         epsilon: added to the gradient norm for stability. Default ``1e-12``.
         interval: run SAM every ``interval`` optimizer steps. Default ``1``.
 
-    Example:
+    Examples:
         >>> SAM(rho=0.05, epsilon=1e-12, interval=1)
         SAM(rho=0.05, epsilon=1e-12, interval=1)
     """

@@ -4,7 +4,7 @@ A schedule-free optimizer keeps two points: it takes gradients at ``y`` (train m
 at the average ``x`` (eval mode); ``optimizer.train()``/``optimizer.eval()`` move the model's weights
 between them. :class:`ScheduleFree` makes those calls where Lightning has no place for them.
 
-Example:
+Examples:
     >>> import torch
     >>> is_schedule_free(torch.optim.AdamW(torch.nn.Linear(2, 1).parameters()))
     False
@@ -126,7 +126,7 @@ class ScheduleFree(Algorithm):
         batchnorm_batches: training batches to recompute BatchNorm statistics at ``x`` before each
             validation. Default ``8``.
 
-    Example:
+    Examples:
         >>> ScheduleFree(replace=True, warmup_steps=100)
         ScheduleFree(replace=True, warmup_steps=100, batchnorm_batches=8)
     """

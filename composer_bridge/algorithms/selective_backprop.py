@@ -9,7 +9,7 @@ The selection stays on the batch's device: examples are ranked by loss, and ``in
 them are drawn without replacement with probability growing with their rank (Composer's
 weights), using the Gumbel-top-k trick, so no value is read back to the host.
 
-Example:
+Examples:
     >>> import torch
     >>> x, y = torch.arange(8.0).view(8, 1), torch.zeros(8)
     >>> def per_example_loss(outputs, target, reduction="none"):
@@ -60,7 +60,7 @@ def should_selective_backprop(
     With ``interrupt = k > 0`` every ``k``-th batch of an epoch (``(batch_idx + 1) % k == 0``) is
     a plain full-batch step; ``interrupt = 0`` never interrupts.
 
-    Example:
+    Examples:
         >>> tuple(should_selective_backprop(0.6, i, interrupt=2) for i in range(4))
         (True, False, True, False)
         >>> should_selective_backprop(0.95, 0)
@@ -120,7 +120,7 @@ def select_using_loss(
     Returns:
         ``(input_kept, target_kept)``, full size, in the drawn order.
 
-    Example:
+    Examples:
         >>> import torch
         >>> net = torch.nn.Linear(3, 2)
         >>> def loss(outputs, target, reduction="none"):
@@ -245,7 +245,7 @@ class SelectiveBackprop(Algorithm):
         target_key: where the targets are in the batch.
         loss_fn: optional ``(outputs, targets) -> per-example losses`` (see above).
 
-    Example:
+    Examples:
         >>> SelectiveBackprop(start="0.5dur", end=0.9, keep=0.5)
         SelectiveBackprop(start='0.5dur', end=0.9, keep=0.5, scale_factor=1.0, interrupt=2, input_key=0, \
 target_key=1, loss_fn=None)

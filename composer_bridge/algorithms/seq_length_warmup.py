@@ -1,6 +1,6 @@
 """Sequence length warmup: train on short sequences first, growing them linearly to full length.
 
-Example:
+Examples:
     >>> import torch
     >>> batch = {"input_ids": torch.arange(12).view(2, 6), "labels": torch.arange(12).view(2, 6)}
     >>> set_batch_sequence_length(batch, 4)["input_ids"].tolist()
@@ -68,7 +68,7 @@ def set_batch_sequence_length(
             cut to 3 gives ``[10, 11, 15]``. Needs a dict batch with ``attention_mask``. Ignored
             when ``truncate=False``, as in Composer.
 
-    Example:
+    Examples:
         >>> import torch
         >>> batch = {"input_ids": torch.tensor([[10, 11, 12, 13, 14, 15], [20, 21, 22, 0, 0, 0]]),
         ...          "attention_mask": torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 0, 0, 0, 0]])}
@@ -126,7 +126,7 @@ class SeqLengthWarmup(Algorithm):
             end-of-sequence token) as the last kept token; needs dict batches with
             ``attention_mask`` (see :func:`set_batch_sequence_length`).
 
-    Example:
+    Examples:
         >>> SeqLengthWarmup(duration=0.5, min_seq_length=4, max_seq_length=64, step_size=4)
         SeqLengthWarmup(duration=0.5, min_seq_length=4, max_seq_length=64, step_size=4, truncate=True,
                         preserve_end_of_sequence=False)

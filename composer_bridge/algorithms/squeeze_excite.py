@@ -3,7 +3,7 @@
 After each wide enough ``nn.Conv2d`` the surgery inserts a :class:`SqueezeExcite2d` block: global
 average pool, a bottleneck MLP (ReLU, then sigmoid), and a per-channel multiplication.
 
-Example:
+Examples:
     >>> import torch
     >>> net = torch.nn.Sequential(torch.nn.Conv2d(8, 8, 3, padding=1))
     >>> apply_squeeze_excite(net, latent_channels=0.5, min_channels=8)
@@ -39,7 +39,7 @@ class SqueezeExcite2d(nn.Module):
         latent_channels: hidden width of the MLP; below 1 it is a fraction of ``num_features``
             (at least 1; Composer's would be 0 for tiny fractions).
 
-    Example:
+    Examples:
         >>> import torch
         >>> block = SqueezeExcite2d(16, latent_channels=0.25)
         >>> block(torch.randn(2, 16, 4, 4)).shape, block.fc1.out_features
@@ -65,7 +65,7 @@ class SqueezeExciteConv2d(nn.Module):
     same, and ``SqueezeExciteConv2d(in_channels, out_channels, kernel_size, ..., latent_channels=...)``
     builds a fresh ``nn.Conv2d`` from its arguments.
 
-    Example:
+    Examples:
         >>> import torch
         >>> layer = SqueezeExciteConv2d(3, 16, 3, padding=1, latent_channels=4)
         >>> layer(torch.randn(2, 3, 8, 8)).shape, layer.se.latent_channels
@@ -143,7 +143,7 @@ class SqueezeExcite(SurgeryAlgorithm):
     Takes the arguments of :func:`apply_squeeze_excite` (Composer's defaults: ``latent_channels=64``,
     ``min_channels=128``).
 
-    Example:
+    Examples:
         >>> SqueezeExcite(latent_channels=0.25, min_channels=16)
         SqueezeExcite(latent_channels=0.25, min_channels=16)
     """

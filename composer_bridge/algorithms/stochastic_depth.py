@@ -19,7 +19,7 @@ and select it with ``target_layer_name="MyBlock"``.
 Randomness comes from the run's generator (``state.generator("StochasticDepth")``), set on the
 blocks before every training micro-batch, so resumed runs drop exactly the same blocks.
 
-Example:
+Examples:
     >>> import torch
     >>> from composer_bridge.models import ResNetCNN
     >>> net = ResNetCNN(widths=(8, 16), blocks_per_stage=2)
@@ -318,7 +318,7 @@ class StochasticDepth(SurgeryAlgorithm):
 
     In ``"block"`` mode ``find_unused_parameters`` is true, so the bridge configures DDP for it.
 
-    Example:
+    Examples:
         >>> StochasticDepth(drop_rate=0.1)  # doctest: +NORMALIZE_WHITESPACE
         StochasticDepth(target_layer_name='BasicBlock', stochastic_method='block', drop_rate=0.1,
                         drop_distribution='linear', drop_warmup=0.0, policy=None, same_on_every_rank=None)

@@ -1,6 +1,6 @@
 """Stochastic Weight Averaging (Izmailov et al. 2018): train on with the average of late weights.
 
-Example:
+Examples:
     >>> from composer_bridge.algorithms import SWA
     >>> SWA(swa_start="0.7dur", swa_end="0.97dur", update_interval="1ep")
     SWA(swa_start='0.7dur', swa_end='0.97dur', update_interval='1ep', schedule_swa_lr=False, anneal_strategy='linear', anneal_steps=10, swa_lr=None)
@@ -30,7 +30,7 @@ _ANNEAL = {"linear": "linear", "lin": "linear", "cos": "cos", "cosine": "cos"}
 def anneal_factor(progress: float, strategy: str) -> float:
     """How far the learning rate has moved from its start to ``swa_lr`` (0 to 1) at ``progress`` in [0, 1].
 
-    Example:
+    Examples:
         >>> anneal_factor(0.5, "linear"), round(anneal_factor(0.5, "cos"), 6), anneal_factor(1.0, "cos")
         (0.5, 0.5, 1.0)
     """

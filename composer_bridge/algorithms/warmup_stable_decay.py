@@ -1,6 +1,6 @@
 """Warmup-stable-decay (WSD) learning-rate schedule: warm up, hold the peak, decay over the last part of the run.
 
-Example:
+Examples:
     >>> [round(wsd_multiplier(step, total=10, warmup_steps=2, decay_steps=4), 3) for step in range(10)]
     [0.5, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.5, 0.293, 0.134]
 """
@@ -35,7 +35,7 @@ def wsd_multiplier(
     ``final + (1 - final) * (1 - p)`` (linear) or ``... * (1 - sqrt(p))`` (1-sqrt); it would reach
     ``final_lr_ratio`` at step ``total``, the one after the last. Past the run: ``final_lr_ratio``.
 
-    Example:
+    Examples:
         >>> wsd_multiplier(0, total=100, warmup_steps=10, decay_steps=20)
         0.1
         >>> wsd_multiplier(90, total=100, warmup_steps=10, decay_steps=20, shape="linear", final_lr_ratio=0.1)
@@ -79,7 +79,7 @@ class WarmupStableDecay(Algorithm):
         shape: ``"1-sqrt"`` (default) or ``"linear"``.
         final_lr_ratio: the fraction of the peak the decay heads for (reached one step after the run). Default ``0.0``.
 
-    Example:
+    Examples:
         >>> WarmupStableDecay(warmup=0.05, decay=0.1, shape="linear")
         WarmupStableDecay(warmup=0.05, decay=0.1, shape='linear', final_lr_ratio=0.0)
     """

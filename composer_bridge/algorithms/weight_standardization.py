@@ -4,7 +4,7 @@ Each ``nn.Conv1d/2d/3d`` weight is re-parametrised (``torch.nn.utils.parametrize
 forward pass sees ``(W - mean) / sqrt(var + 1e-10)`` per output channel. The stored parameter is
 moved to ``<conv>.parametrizations.weight.original``.
 
-Example:
+Examples:
     >>> import torch
     >>> net = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3), torch.nn.ReLU(), torch.nn.Conv2d(4, 2, 1))
     >>> apply_weight_standardization(net, n_last_layers_ignore=1)
@@ -84,7 +84,7 @@ class WeightStandardization(SurgeryAlgorithm):
     Composer's WeightStandardization is not marked required on load; here it is, because the
     parametrisation renames the weights in the state dict.
 
-    Example:
+    Examples:
         >>> WeightStandardization(n_last_layers_ignore=1)
         WeightStandardization(n_last_layers_ignore=1)
     """

@@ -9,7 +9,7 @@ Functional form :func:`z_loss` (what ``F.cross_entropy`` takes: the logits, clas
 mean). The :class:`ZLoss` algorithm computes it on the logits the loss sees, at ``AFTER_FORWARD``,
 and adds it to ``state.loss`` at ``AFTER_LOSS``.
 
-Example:
+Examples:
     >>> import torch
     >>> logits = torch.zeros(2, 4)  # log Z = log 4 for every row
     >>> round(float(z_loss(logits, coefficient=1.0)), 4)  # (log 4) ** 2
@@ -64,7 +64,7 @@ def z_loss(
         A float32 scalar (float64 for float64 logits); ``0`` when every position is ignored. Its gradient with respect to the
         logits is ``coefficient * 2 * logsumexp * softmax / kept_positions`` at each kept position.
 
-    Example:
+    Examples:
         >>> import torch
         >>> logits = torch.tensor([[0.0, 0.0], [2.0, 0.0]])
         >>> round(float(z_loss(logits, coefficient=1.0)), 4)  # ((log 2)^2 + (2 + log(1 + e^-2))^2) / 2
@@ -143,7 +143,7 @@ class ZLoss(Algorithm):
         class_dim: where the classes are in a logits tensor: ``None`` (default) infers it from
             the targets' shape (dimension 1 as ``F.cross_entropy``, or the last one); ``1`` or ``-1``.
 
-    Example:
+    Examples:
         >>> ZLoss()
         ZLoss(coefficient=0.0001, target_key=1, ignore_index=-100, class_dim=None)
     """

@@ -1,6 +1,6 @@
 """The :class:`Algorithm` base class: code that runs at chosen events and changes the :class:`State`.
 
-Example:
+Examples:
     >>> from composer_bridge.core.event import Event
     >>> class Halve(Algorithm):
     ...     def __init__(self, factor: float = 0.5):
@@ -213,7 +213,7 @@ def check_unique(algorithms: Sequence[Algorithm]) -> None:
 def check_owners(algorithms: Iterable[Any]) -> None:
     """Refuse two algorithms that both own the optimizer, or both the learning-rate schedule, naming both.
 
-    Example:
+    Examples:
         >>> class Schedule(Algorithm):
         ...     owns_schedule = True
         ...     def match(self, event, state): return False
@@ -238,7 +238,7 @@ def check_owners(algorithms: Iterable[Any]) -> None:
 def declaring(algorithms: Iterable[Any], capability: str) -> list[Any]:
     """The algorithms among ``algorithms`` that declare ``capability`` (one of :data:`CAPABILITIES`).
 
-    Example:
+    Examples:
         >>> from composer_bridge.algorithms import EMA, LabelSmoothing
         >>> [type(a).__name__ for a in declaring([EMA(), LabelSmoothing()], "averages_weights")]
         ['EMA']

@@ -4,7 +4,7 @@ Algorithms name the part they need with a *key*: an ``int`` index (tuples, lists
 (dicts, or attributes of objects), or a ``(getter, setter)`` pair of callables for anything
 else. Tuples are rebuilt rather than mutated, so the caller always uses the returned batch.
 
-Example:
+Examples:
     >>> batch = ("x", "y")
     >>> get_batch_item(batch, 1)
     'y'

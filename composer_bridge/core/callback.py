@@ -1,6 +1,6 @@
 """Engine-side callbacks: code that observes every event, after the algorithms have run.
 
-Example:
+Examples:
     >>> from composer_bridge.core.event import Event
     >>> class CountSteps(Callback):
     ...     def __init__(self):

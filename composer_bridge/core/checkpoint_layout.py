@@ -8,7 +8,7 @@ The Lightning bridge writes one entry into ``checkpoint["callbacks"]`` (see
 An algorithm that offers a reader of its own state (EMA's averaged weights) finds the entry here,
 by its ``format``, never by the name of the callback class that wrote it.
 
-Example:
+Examples:
     >>> checkpoint = {"callbacks": {"MyBridge": {"format": FORMAT,
     ...                                          "algorithms": [{"class": "EMA", "state": {"n": 1}}]}}}
     >>> list(algorithm_states(checkpoint, "EMA"))

@@ -10,7 +10,7 @@ At every :meth:`Engine.run_event`:
 4. the traces go to the logger; then every engine callback in ``state.callbacks`` runs;
 5. then the handlers registered with :meth:`Engine.on` / :meth:`Engine.add_event_handler`.
 
-Example:
+Examples:
     >>> import torch
     >>> from composer_bridge.core import Algorithm, Event, State
     >>> class Double(Algorithm):

@@ -38,7 +38,7 @@ class Event(str, Enum):
     Calling a member builds an :class:`EventFilter` (``Event.BATCH_END(every=10)``) and ``|``
     joins events and filters into an :class:`EventList`.
 
-    Example:
+    Examples:
         >>> Event("Batch_End") is Event.BATCH_END
         True
         >>> [e.name for e in (Event.BEFORE_LOSS | Event.AFTER_LOSS)]
@@ -207,7 +207,7 @@ def event_counter(event: Event, state: State) -> int | None:
     - every other event (``INIT``, ``FIT_START``, ``EVAL_START``, ...): ``None``, meaning the
       filter counts how many times the event has fired (from 1).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from composer_bridge.core.state import State
         >>> state = State(torch.nn.Linear(1, 1))
@@ -230,7 +230,7 @@ class EventFilter:
       and both combine with ``every``);
     - ``event_filter=fn``: fires when ``fn(state, event)`` is true.
 
-    Example:
+    Examples:
         >>> f = Event.EPOCH_END(once={1, 3})
         >>> f
         Event.EPOCH_END(once=[1, 3])
@@ -325,7 +325,7 @@ class EventFilter:
 class EventList:
     """Several events or filters, built with ``|``: ``Event.BATCH_END | Event.EPOCH_END(every=2)``.
 
-    Example:
+    Examples:
         >>> len(Event.FIT_START | Event.FIT_END | Event.EPOCH_END(every=2))
         3
     """

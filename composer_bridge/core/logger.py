@@ -3,7 +3,7 @@
 A destination is any object with some of the methods of :class:`LoggerDestination`; the Lightning
 bridge adds one that forwards to every Lightning logger. With no destination, logging is free.
 
-Example:
+Examples:
     >>> class Printer(LoggerDestination):
     ...     def log_metrics(self, metrics, step=None):
     ...         print(step, metrics)

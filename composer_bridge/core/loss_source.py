@@ -7,7 +7,7 @@ step; the adapter that drives it watches the step and, where it can see the loss
 ``state.loss_source`` to an object with this interface. Algorithms prefer it to ``state.model``
 when it is set.
 
-Example:
+Examples:
     >>> import torch
     >>> import torch.nn.functional as F
     >>> class CrossEntropySource:

@@ -20,7 +20,7 @@ The default passes, in the order they run:
 3. :func:`sort_low_precision_norms_last` — ``runs_last`` algorithms (LowPrecisionLayerNorm/GroupNorm) run last.
 4. :func:`warn_if_multiple_loss_interpolation` — warns when several algorithms mix the loss.
 
-Example:
+Examples:
     >>> from composer_bridge.core.event import Event
     >>> class A: pass
     >>> class SelectiveBackprop: pass
@@ -118,7 +118,7 @@ def loss_interpolation_conflict(algorithms: Sequence[Any], joiner: str = " and "
     The one definition of this conflict: the default pass below warns with it at each event, and
     ``plan()`` lists it once for the run.
 
-    Example:
+    Examples:
         >>> class Mix:
         ...     interpolates_loss = True
         >>> class MixToo(Mix):
@@ -157,7 +157,7 @@ def normalize_passes(algorithm_passes: Any) -> list[tuple[AlgorithmPass, int]]:
     A pair may be a tuple or a two-item list, as Composer accepts: ``[p, 0]`` is one pass at
     index 0, ``[[p, 0], q]`` two passes.
 
-    Example:
+    Examples:
         >>> def p(algorithms, event):
         ...     return list(algorithms)
         >>> normalize_passes([[p, 0], p]) == [(p, 0), (p, -1)]

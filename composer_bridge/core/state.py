@@ -1,6 +1,6 @@
 """The :class:`State`: everything an algorithm may read or change during training.
 
-Example:
+Examples:
     >>> import torch
     >>> state = State(torch.nn.Linear(2, 1), max_duration="10ep")
     >>> state.batch = (torch.zeros(4, 2), torch.zeros(4))
@@ -149,7 +149,7 @@ class State:
     def batch_count(self) -> int:
         """Optimizer steps completed: ``timestamp.batch.value``, read without building a new Timestamp.
 
-        Example:
+        Examples:
             >>> state = State(torch.nn.Linear(2, 2))
             >>> state.count_batch(samples=8, seconds=0.25)
             >>> state.batch_count, state.timestamp.batch.value
@@ -169,7 +169,7 @@ class State:
         except that the new :class:`Timestamp` is built when ``timestamp`` is next read: a loop that
         counts every step and whose listeners rarely read the timestamp pays a few additions.
 
-        Example:
+        Examples:
             >>> state = State(torch.nn.Linear(2, 2))
             >>> state.count_batch(samples=8, seconds=0.25)
             >>> state.count_batch(samples=8, seconds=0.5)
@@ -266,7 +266,7 @@ class State:
         run drew, on every rank and device, with no generator state to save; each key has its own
         stream, so adding an algorithm never changes another's draws.
 
-        Example:
+        Examples:
             >>> import torch
             >>> state = State(torch.nn.Linear(1, 1), seed=7)
             >>> a = torch.rand(2, generator=state.generator("MixUp"))

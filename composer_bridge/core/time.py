@@ -51,7 +51,7 @@ class FractionalTimeError(ValueError, TypeError):
 class TimeUnit(str, Enum):
     """The units training time is counted in; the value is the suffix used in time strings.
 
-    Example:
+    Examples:
         >>> TimeUnit("ep") is TimeUnit.EPOCH
         True
         >>> str(TimeUnit.DURATION)
@@ -153,7 +153,7 @@ class Time(Generic[TValue]):
     ``ValueError`` and, as in Composer, a ``RuntimeError``); ``==`` between units is simply
     ``False`` so Times of any unit can live in one set or dict.
 
-    Example:
+    Examples:
         >>> t = Time(10, "ep")
         >>> t
         Time(10, TimeUnit.EPOCH)
@@ -213,7 +213,7 @@ class Time(Generic[TValue]):
         Surrounding whitespace is ignored. Anything else raises ``ValueError`` naming the string
         and the accepted forms.
 
-        Example:
+        Examples:
             >>> Time.from_timestring(" 2_000ba ")
             Time(2000, TimeUnit.BATCH)
             >>> Time.from_timestring("1h20m30s")
@@ -264,7 +264,7 @@ class Time(Generic[TValue]):
     def from_input(cls, value: Time | str | int | float, default_unit: TimeUnit | str | None = None) -> Time:
         """``value`` as a :class:`Time`: a Time as is, a str parsed as a time string, a number in ``default_unit``.
 
-        Example:
+        Examples:
             >>> Time.from_input(3, "ep"), Time.from_input("5ba"), Time.from_input(Time(1, "sp"))
             (Time(3, TimeUnit.EPOCH), Time(5, TimeUnit.BATCH), Time(1, TimeUnit.SAMPLE))
         """
@@ -472,7 +472,7 @@ def _parse_number(text: str) -> int | float:
 def ensure_time(maybe_time: Time | str | int | float, default_unit: TimeUnit | str | None) -> Time:
     """Alias of :meth:`Time.from_input`: a Time, a time string, or a number in ``default_unit``.
 
-    Example:
+    Examples:
         >>> ensure_time("0.5dur", "ep"), ensure_time(2, "ep")
         (Time(0.5, TimeUnit.DURATION), Time(2, TimeUnit.EPOCH))
     """
@@ -535,7 +535,7 @@ class Timestamp:
     its count in that unit: ``ts < Time(10, 'ep')`` means fewer than 10 epochs done, as in Composer. A Timestamp does not change under you: the ``to_next_*``
     methods and :meth:`copy` return new ones (only :meth:`load_state_dict` updates in place).
 
-    Example:
+    Examples:
         >>> ts = Timestamp(epoch=2, batch=100)
         >>> ts.epoch, ts.get("ba")
         (Time(2, TimeUnit.EPOCH), Time(100, TimeUnit.BATCH))
@@ -673,7 +673,7 @@ class Timestamp:
     def copy(self, **overrides: Any) -> Timestamp:
         """A new Timestamp with the same fields, except those given as keyword arguments.
 
-        Example:
+        Examples:
             >>> Timestamp(epoch=3).copy(batch=7).batch
             Time(7, TimeUnit.BATCH)
         """
@@ -690,7 +690,7 @@ class Timestamp:
     ) -> Timestamp:
         """The Timestamp after one more batch of ``samples`` samples and ``tokens`` tokens lasting ``duration``.
 
-        Example:
+        Examples:
             >>> after = Timestamp().to_next_batch(samples=32, duration=0.5)
             >>> after.batch, after.sample, after.batch_wct.total_seconds()
             (Time(1, TimeUnit.BATCH), Time(32, TimeUnit.SAMPLE), 0.5)
@@ -711,7 +711,7 @@ class Timestamp:
         becomes ``batch_wct``; default: ``duration / batches``). Equal to calling
         :meth:`to_next_batch` once per batch, for a loop that builds the Timestamp only when read.
 
-        Example:
+        Examples:
             >>> one_by_one = Timestamp().to_next_batch(samples=8, duration=1.0).to_next_batch(samples=8, duration=3.0)
             >>> one_by_one == Timestamp().to_next_batches(2, samples=16, duration=4.0, last_duration=3.0)
             True

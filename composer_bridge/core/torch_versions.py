@@ -5,7 +5,7 @@
 a fact from here, and ``tests/core/test_torch_versions.py`` checks each fact against the installed
 torch, so a release that changes one fails there, by name, instead of somewhere in a training run.
 
-Example:
+Examples:
     >>> OLDEST_SUPPORTED
     (2, 6)
     >>> isinstance(fsdp2_runs_on_cpu(), bool)
@@ -46,7 +46,7 @@ MUON = (2, 9)
 def at_least(version: tuple[int, int]) -> bool:
     """Whether the installed torch is ``version`` (``(major, minor)``) or newer; pre-releases count as their release.
 
-    Example:
+    Examples:
         >>> at_least((2, 0))
         True
     """
@@ -62,7 +62,7 @@ def fsdp2_runs_on_cpu() -> bool:
 def require(version: tuple[int, int], feature: str, fix: str) -> None:
     """Raise a ``RuntimeError`` naming ``feature``, the torch it needs and the installed one, unless at ``version``.
 
-    Example:
+    Examples:
         >>> require((2, 0), "anything", "upgrade torch")
         >>> require((99, 0), "a future feature", "upgrade torch")
         Traceback (most recent call last):

@@ -4,7 +4,7 @@ Each algorithm instance of a run has a *label*: its class name, or ``Name#k`` fo
 instance (k ≥ 2) of a class that appears several times. A trace's key is ``"<label>/<EVENT>"``,
 so two instances of one class keep separate traces and cost entries.
 
-Example:
+Examples:
     >>> from composer_bridge.core.event import Event
     >>> Trace("LabelSmoothing", Event.BEFORE_LOSS, None, 0, True)
     Trace(name='LabelSmoothing', event=<Event.BEFORE_LOSS: 'before_loss'>, exit_code=None, order=0, run=True)
@@ -70,7 +70,7 @@ class AlgorithmLabels:
     ``state.algorithms`` in list order), so the first instance of a class keeps the plain class
     name. The instances are held, so a label is never handed on to a new object at a reused id.
 
-    Example:
+    Examples:
         >>> class Code:
         ...     pass
         >>> first, second = Code(), Code()

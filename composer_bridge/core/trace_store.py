@@ -4,7 +4,7 @@ Nothing here knows Lightning: any loop that runs an :class:`~composer_bridge.cor
 record its traces in a :class:`TraceStore` (it is a logger destination: it has ``log_traces``).
 The Lightning bridge keeps one per callback (``callback.traces``).
 
-Example:
+Examples:
     >>> from composer_bridge.core.event import Event
     >>> from composer_bridge.core.trace import Trace
     >>> store = TraceStore()
@@ -91,7 +91,7 @@ class Timeline:
     ``max_columns * bin_size``, neighbouring columns merge and ``bin_size`` doubles, so a
     20,000-step run takes no more memory than a 2,000-step one.
 
-    Example:
+    Examples:
         >>> timeline = Timeline(max_columns=4)
         >>> for step in range(10):
         ...     timeline.add("A/BATCH_END", step)
@@ -198,7 +198,7 @@ class TraceStore(Mapping[int, list[Trace]]):
     full, and a step keeps at most ``max_traces_per_step`` traces; :attr:`dropped` counts the
     traces left out, so memory stays bounded on long runs.
 
-    Example:
+    Examples:
         >>> from composer_bridge.core.event import Event
         >>> store = TraceStore(max_steps=2)
         >>> for step in range(5):

@@ -11,7 +11,7 @@
   package imports Lightning only when ``HuggingFaceModel`` is first used.
 - :func:`conv1d_to_linear`: GPT-2's ``Conv1D`` layers as ``nn.Linear``, for ``Factorize``.
 
-Example:
+Examples:
     >>> import transformers
     >>> from composer_bridge import AlgorithmEngineCallback, recipes
     >>> from composer_bridge.hf import HuggingFaceModel

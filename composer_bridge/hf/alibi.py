@@ -16,7 +16,7 @@ parameters, their names and the optimizer's references stay the same, so checkpo
 keys. Cross-attention and ``attn_implementation`` other than ``"eager"`` and ``"sdpa"`` are
 refused with an error.
 
-Example:
+Examples:
     >>> import torch, transformers
     >>> from composer_bridge.functional import apply_alibi  # no other import: it finds these classes
     >>> config = transformers.GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=32, n_positions=16)
@@ -77,7 +77,7 @@ def alibi_attention_mask(
         causal: with ``mask=None``, hide the keys after each query.
         dtype: the dtype of the result; masked entries hold its most negative finite value.
 
-    Example:
+    Examples:
         >>> m = alibi_attention_mask(None, torch.tensor([0.5]), 3, 3, causal=True, dtype=torch.float32)
         >>> m[0, 0, 2, :2].tolist(), bool(m[0, 0, 0, 1] < -1e30)
         ([-1.0, -0.5], True)

@@ -10,7 +10,7 @@ The swap changes the weights' shapes in the state dict, so a model saved afterwa
 ``save_pretrained`` no longer loads into the stock GPT-2 class: :func:`linear_to_conv1d` swaps
 back (for layers that were not factorised since).
 
-Example:
+Examples:
     >>> import torch, transformers
     >>> config = transformers.GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=32, n_positions=16)
     >>> gpt2 = transformers.GPT2LMHeadModel(config)

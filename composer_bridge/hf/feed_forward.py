@@ -10,7 +10,7 @@ BERT's block becomes ``LayerNorm(x + dropout(W_o (act(G x) * V x)))``.
 
 Llama's MLP is already gated (SwiGLU): GatedLinearUnits leaves it alone.
 
-Example:
+Examples:
     >>> import transformers
     >>> from composer_bridge.functional import apply_gated_linear_units  # no other import needed
     >>> config = transformers.BertConfig(num_hidden_layers=2, hidden_size=16, num_attention_heads=2,

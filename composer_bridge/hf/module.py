@@ -15,7 +15,7 @@ Labels equal to ``-100`` are ignored; the mean is over the labelled tokens of th
 Probability targets shaped like the logits (soft labels) are accepted too; a position whose
 target row is all zeros is ignored, as ``-100`` is (that is what LabelSmoothing makes of ``-100``).
 
-Example:
+Examples:
     >>> import torch, transformers
     >>> config = transformers.GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=32, n_positions=16)
     >>> model = HuggingFaceModel(transformers.GPT2LMHeadModel(config))
@@ -56,7 +56,7 @@ _SUFFIXES = {
 def infer_task(model: nn.Module) -> str:
     """The task of a ``transformers`` model, from its class name (``GPT2LMHeadModel`` → ``"causal_lm"``).
 
-    Example:
+    Examples:
         >>> import transformers
         >>> infer_task(transformers.BertForMaskedLM(transformers.BertConfig(num_hidden_layers=1, hidden_size=8,
         ...     num_attention_heads=2, intermediate_size=8, vocab_size=16)))
@@ -91,7 +91,7 @@ class HuggingFaceModelMixin(ComposerModuleMixin):
     Export with ``module.model.save_pretrained(path)`` (see the Hugging Face page of the docs
     for what surgery changes in the export).
 
-    Example:
+    Examples:
         >>> import transformers
         >>> config = transformers.BertConfig(num_hidden_layers=1, hidden_size=16, num_attention_heads=2,
         ...                                  intermediate_size=32, vocab_size=32, num_labels=3)
@@ -202,7 +202,7 @@ class HuggingFaceModel(HuggingFaceModelMixin, ComposerModule):
 
     With ``import pytorch_lightning as pl``, use ``composer_bridge.pl.HuggingFaceModel``.
 
-    Example:
+    Examples:
         >>> import transformers
         >>> config = transformers.GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=32, n_positions=16)
         >>> HuggingFaceModel(transformers.GPT2LMHeadModel(config)).task

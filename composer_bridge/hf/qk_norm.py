@@ -23,7 +23,7 @@ classes, which QKNorm leaves alone. The new parameters (``...q_norm.weight``,
 ``...k_norm.weight``) and the projections' new names (``q_proj.projection.weight``) are in the
 model's ``state_dict``; ``save_pretrained`` writes them, and the original class does not read them.
 
-Example:
+Examples:
     >>> import torch, transformers
     >>> from composer_bridge.functional import apply_qk_norm  # no other import: it finds these classes
     >>> config = transformers.LlamaConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=2,

@@ -7,7 +7,7 @@ instead of silently changing the bridge's behaviour.
 Both Lightning packages are served: each function takes the classes it checks from
 :mod:`~composer_bridge.lightning.package` (the package of the object at hand, or every loaded one).
 
-Example:
+Examples:
     >>> import lightning as L
     >>> trainer = L.Trainer(logger=False, enable_progress_bar=False, enable_checkpointing=False)
     >>> is_training(trainer)

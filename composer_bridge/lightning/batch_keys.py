@@ -13,7 +13,7 @@ declared key (its ``repr`` shows it); a key passed explicitly, even the default'
 that declares another, is replaced too, since a dict batch has no item ``0`` or ``1``. Pass a
 (getter, setter) pair to keep a key of your own.
 
-Example:
+Examples:
     >>> from composer_bridge.algorithms import LabelSmoothing
     >>> class Module:
     ...     batch_keys = {"input_key": "input_ids", "target_key": "labels"}

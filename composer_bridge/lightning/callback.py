@@ -1,6 +1,6 @@
 """The :class:`AlgorithmEngineCallback`: Composer's algorithm engine inside ``lightning.Trainer`` or ``pl.Trainer``.
 
-Example:
+Examples:
     >>> import lightning as L
     >>> from composer_bridge.algorithms import LabelSmoothing
     >>> trainer = L.Trainer(
@@ -88,7 +88,7 @@ class AlgorithmEngineCallback(*CALLBACK_BASES):  # type: ignore[misc]
     state across ``fit``/``validate``/``test``/``predict`` calls. Copies (``copy.deepcopy``,
     ``pickle``) carry the configuration and the algorithms, not the run in progress.
 
-    Example:
+    Examples:
         >>> from composer_bridge.algorithms import LabelSmoothing
         >>> callback = AlgorithmEngineCallback([LabelSmoothing(smoothing=0.1)])
         >>> callback.algorithms

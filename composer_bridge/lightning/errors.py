@@ -3,7 +3,7 @@
 One class in a module of its own, so that every check (``setup_checks``, ``plain_loss``,
 ``batch_keys``) raises it without importing another check.
 
-Example:
+Examples:
     >>> try:
     ...     raise BridgeConfigurationError("MixUp needs ... Fix: ...")
     ... except ValueError as error:  # a ValueError, for code that catches those

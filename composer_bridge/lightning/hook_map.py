@@ -21,7 +21,7 @@ Rules the table cannot show, kept by the run:
 - ``setup`` fires ``INIT`` once per model, ``on_train_start`` fires ``ITERATION_START`` only on a
   fresh run (not when resuming).
 
-Example:
+Examples:
     >>> [event.name for event in HOOK_EVENTS["on_train_epoch_end"]]
     ['EPOCH_END', 'EPOCH_CHECKPOINT']
 """

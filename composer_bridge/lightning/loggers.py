@@ -28,7 +28,7 @@ def _to_number(value: Any) -> Any:
 class LightningLoggers(LoggerDestination):
     """Forward metrics and hyper-parameters to ``trainer.loggers`` (rank zero only).
 
-    Example:
+    Examples:
         >>> import lightning as L
         >>> destination = LightningLoggers(L.Trainer(logger=False, enable_progress_bar=False))
         >>> destination.log_metrics({"x": 1.0}, step=0)  # no logger: nothing to do

@@ -12,7 +12,7 @@ Each class is written once, as a mixin holding all its code (:class:`ComposerMod
 ``composer_bridge.pl.ComposerModule`` is a ``pytorch_lightning.LightningModule`` (``pl.Trainer``
 accepts only those). ``isinstance(module, ComposerModuleMixin)`` holds for both.
 
-Example:
+Examples:
     >>> import torch
     >>> model = ComposerClassifier(torch.nn.Linear(4, 3), num_classes=3)
     >>> x, y = torch.randn(8, 4), torch.randint(0, 3, (8,))
@@ -116,7 +116,7 @@ class ComposerModule(ComposerModuleMixin, LIGHTNING.LightningModule):  # type: i
     With ``import pytorch_lightning as pl``, subclass ``composer_bridge.pl.ComposerModule`` (the
     same code on ``pl.LightningModule``).
 
-    Example:
+    Examples:
         >>> class Regression(ComposerModule):
         ...     def __init__(self):
         ...         super().__init__()
@@ -166,7 +166,7 @@ def soft_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, reduction: s
     Soft targets are what LabelSmoothing, MixUp and CutMix produce. For image-shaped logits
     ``(N, C, H, W)`` the class dimension is 1, as in :func:`torch.nn.functional.cross_entropy`.
 
-    Example:
+    Examples:
         >>> logits = torch.tensor([[2.0, 0.0]])
         >>> hard = soft_cross_entropy(logits, torch.tensor([0]))
         >>> soft = soft_cross_entropy(logits, torch.tensor([[1.0, 0.0]]))
@@ -195,7 +195,7 @@ class ComposerClassifierMixin(ComposerModuleMixin):
         input_key: where the inputs live in a batch (an index or a dict key).
         target_key: where the targets live in a batch (an index or a dict key).
 
-    Example:
+    Examples:
         >>> net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 10))
         >>> model = ComposerClassifier(net, num_classes=10)
         >>> model.module is net
@@ -268,7 +268,7 @@ class ComposerClassifier(ComposerClassifierMixin, ComposerModule):
 
     ``composer_bridge.pl.ComposerClassifier`` is the same class on ``pytorch_lightning.LightningModule``.
 
-    Example:
+    Examples:
         >>> model = ComposerClassifier(torch.nn.Linear(4, 3), num_classes=3)
         >>> model.num_classes
         3

@@ -45,7 +45,7 @@ class ModuleHooks:
     (:class:`~composer_bridge.lightning.steps.ModuleSteps`): the hooks call its ``fire_event``,
     ``before_checkpoint_load`` and ``after_batch_transfer`` and read its ``listening`` and ``state``.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from composer_bridge import ComposerClassifier
         >>> module = ComposerClassifier(torch.nn.Linear(2, 2), num_classes=2)

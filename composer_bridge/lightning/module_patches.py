@@ -28,7 +28,7 @@ class ModulePatches:
     :meth:`remove` puts back what was there before (or nothing). A hook the user replaced *while*
     the patch was installed is the user's latest word: it stays, and the bridge's is simply dropped.
 
-    Example:
+    Examples:
         >>> m = torch.nn.Linear(1, 1)
         >>> m.extra_repr = lambda: "the user's"
         >>> patches = ModulePatches(m)

@@ -9,7 +9,7 @@ really trains) and the schedulers they kept. Algorithms that keep other weights 
 than for training (a schedule-free optimizer's average) also decide what every checkpoint holds
 (:func:`write_checkpoints_with`).
 
-Example:
+Examples:
     >>> import torch
     >>> from composer_bridge import State
     >>> state = State(torch.nn.Linear(2, 1))

@@ -19,7 +19,7 @@ imported, the logger of Lightning's rank-zero messages and the class of its depr
 (shared through ``lightning_utilities``). This module puts them back to the package the user
 imported (see :meth:`LightningPackage.take_rank_zero_settings`).
 
-Example:
+Examples:
     >>> import pytorch_lightning as pl
     >>> trainer = pl.Trainer(logger=False, enable_progress_bar=False, enable_checkpointing=False)
     >>> package = package_of(trainer)
@@ -52,7 +52,7 @@ __all__ = [
 class LightningPackage:
     """One of the two Lightning packages, its classes and utilities imported on first use.
 
-    Example:
+    Examples:
         >>> LIGHTNING.name, LIGHTNING.spelling
         ('lightning.pytorch', 'import lightning as L')
         >>> LIGHTNING.callbacks.ModelCheckpoint.__module__
@@ -177,7 +177,7 @@ def package_of(obj: Any) -> LightningPackage | None:
 
     An object of both (the bridge's own callback) belongs to ``lightning.pytorch``, listed first.
 
-    Example:
+    Examples:
         >>> import lightning as L
         >>> package_of(L.LightningModule()).name
         'lightning.pytorch'
@@ -197,7 +197,7 @@ def classes_in_every_package(submodule: str, *names: str) -> tuple[type, ...]:
     a callback or logger of the other package in its Trainer (``pl.Trainer(logger=L.loggers.CSVLogger(...))``
     trains), so the bridge recognises both.
 
-    Example:
+    Examples:
         >>> [c.__module__ for c in classes_in_every_package("callbacks", "Timer")]
         ['lightning.pytorch.callbacks.timer', 'pytorch_lightning.callbacks.timer']
     """

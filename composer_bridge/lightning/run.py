@@ -16,7 +16,7 @@ keeps the state in step with the Trainer and fires the events
 makes during a step are the :class:`~composer_bridge.lightning.steps.ModuleSteps` API, which
 the run implements.
 
-Example:
+Examples:
     >>> from composer_bridge.algorithms import LabelSmoothing
     >>> from composer_bridge.lightning.run_settings import RunSettings
     >>> run = BridgeRun(RunSettings(algorithms=[LabelSmoothing(0.1)]))

@@ -4,7 +4,7 @@
 starts (:class:`~composer_bridge.lightning.run.BridgeRun`); the run reads these fields and nothing
 else of the callback.
 
-Example:
+Examples:
     >>> from composer_bridge.algorithms import LabelSmoothing
     >>> settings = RunSettings(algorithms=[LabelSmoothing(0.1)], seed=7)
     >>> settings.seed, settings.trace_mode, settings.checkpoint.add_missing_on_load

@@ -22,7 +22,7 @@ A check that fails raises :class:`BridgeConfigurationError` naming the algorithm
 and the fix; a combination that works but may surprise is returned as a warning sentence, which
 ``callback.plan()`` lists.
 
-Example:
+Examples:
     >>> import lightning as L
     >>> from composer_bridge.algorithms import GradientClipping
     >>> trainer = L.Trainer(gradient_clip_val=1.0, logger=False, enable_checkpointing=False,
@@ -183,7 +183,7 @@ def check_one_package(trainer: Any, module: Any) -> LightningPackage:
     names both packages for whatever reaches the bridge. Callbacks and loggers of the other package
     are accepted, as Lightning accepts them.
 
-    Example:
+    Examples:
         >>> import lightning as L, pytorch_lightning as pl
         >>> trainer = pl.Trainer(logger=False, enable_progress_bar=False, enable_checkpointing=False)
         >>> check_one_package(trainer, pl.LightningModule()).name

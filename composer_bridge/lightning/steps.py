@@ -15,7 +15,7 @@ run (:class:`~composer_bridge.lightning.run.BridgeRun`) implements this API; the
 weakly (:func:`~composer_bridge.lightning.module.attach_run`), so a run that is dropped leaves
 the module training as a plain LightningModule.
 
-Example:
+Examples:
     >>> import torch
     >>> from composer_bridge.core import Engine, Event, State
     >>> from composer_bridge.training.step_clock import StepClock

@@ -20,7 +20,7 @@ the algorithms that ran; the engine logger hands them to :class:`TraceDestinatio
 - writes the text trace ``[STEP=3][LayerFreezing/EPOCH_END=1]`` to the Python logger
   ``composer_bridge.traces`` at DEBUG, and to ``trace_file`` when one is given (rank zero only).
 
-Example:
+Examples:
     >>> from composer_bridge.core.event import Event
     >>> from composer_bridge.core.trace import Trace
     >>> store = TraceStore()
@@ -79,7 +79,7 @@ SUMMARY_MAX_TRACES_PER_STEP = 2000
 def check_trace_mode(mode: Any) -> TraceMode:
     """Validate a trace mode: ``"summary"``, ``"every_event"`` or a positive int ``n`` (every n steps).
 
-    Example:
+    Examples:
         >>> check_trace_mode(50)
         50
     """
@@ -97,7 +97,7 @@ def check_trace_mode(mode: Any) -> TraceMode:
 def format_trace(step: int, key: str, trace: Trace) -> str:
     """One line of the text trace: ``[STEP=<step>][<Algorithm>/<EVENT>=<1 if it ran else 0>]``.
 
-    Example:
+    Examples:
         >>> from composer_bridge.core.event import Event
         >>> format_trace(0, "BlurPool/INIT", Trace("BlurPool", Event.INIT, None, 0, True))
         '[STEP=0][BlurPool/INIT=1]'
@@ -241,7 +241,7 @@ class TraceReporting:
         mode: ``"summary"``, ``"every_event"`` or ``n`` (see the module docstring).
         trace_file: also write the text trace to this file (rank zero only).
 
-    Example:
+    Examples:
         >>> reporting = TraceReporting("every_event")
         >>> reporting.store.max_steps is None
         True

@@ -14,7 +14,7 @@ zero only)
 ``wandb`` and ``matplotlib`` are imported only when a report is written, so the package works
 without them installed.
 
-Example:
+Examples:
     >>> from composer_bridge.core.event import Event
     >>> from composer_bridge.core.trace import Trace
     >>> from composer_bridge.lightning.traces import TraceStore
@@ -100,7 +100,7 @@ def wandb_run_config(
     Hyper-parameters that are not plain data are recorded as their ``repr``; each algorithm is
     named by its trace label (a second instance of a class is ``Name#2``, as in its trace keys).
 
-    Example:
+    Examples:
         >>> from composer_bridge.core.passes import DEFAULT_PASSES
         >>> wandb_run_config([], DEFAULT_PASSES, {})["passes"][0]
         'set_filo_order'

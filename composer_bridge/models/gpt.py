@@ -5,7 +5,7 @@ Token and learned position embeddings, ``n_layers`` pre-LayerNorm blocks of
 (tied to the token embedding by default). ``forward(tokens)`` maps ``(batch, time)`` integer
 tokens to ``(batch, time, vocab_size)`` logits.
 
-Example:
+Examples:
     >>> import torch
     >>> gpt = GPT(vocab_size=32, block_size=16, d_model=32, n_layers=2, n_heads=4)
     >>> gpt(torch.randint(0, 32, (2, 10))).shape

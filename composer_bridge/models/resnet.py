@@ -1,6 +1,6 @@
 """A small ResNet-style CNN, sized for 8x8 digits but working on any image size.
 
-Example:
+Examples:
     >>> import torch
     >>> net = ResNetCNN(num_classes=10, in_channels=1)
     >>> net(torch.randn(2, 1, 8, 8)).shape

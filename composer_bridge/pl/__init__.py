@@ -7,7 +7,7 @@ mixin from ``composer_bridge.lightning.module`` or ``composer_bridge.hf.module``
 base class). :class:`AlgorithmEngineCallback` is the very same class as
 ``composer_bridge.AlgorithmEngineCallback``: it is a ``Callback`` of both packages.
 
-Example:
+Examples:
     >>> import pytorch_lightning as pl
     >>> import torch
     >>> from composer_bridge.pl import AlgorithmEngineCallback, ComposerClassifier
@@ -53,7 +53,7 @@ class ComposerModule(ComposerModuleMixin, PYTORCH_LIGHTNING.LightningModule):  #
     Implement ``forward(batch)``, ``loss(outputs, batch)`` and ``configure_optimizers``; see
     :class:`~composer_bridge.lightning.module.ComposerModuleMixin`.
 
-    Example:
+    Examples:
         >>> import torch
         >>> class Regression(ComposerModule):
         ...     def __init__(self):
@@ -72,7 +72,7 @@ class ComposerModule(ComposerModuleMixin, PYTORCH_LIGHTNING.LightningModule):  #
 class ComposerClassifier(ComposerClassifierMixin, ComposerModule):
     """``composer_bridge.ComposerClassifier`` as a ``pytorch_lightning.LightningModule`` (same arguments).
 
-    Example:
+    Examples:
         >>> import torch
         >>> ComposerClassifier(torch.nn.Linear(4, 3), num_classes=3).num_classes
         3

@@ -11,7 +11,7 @@ __all__ = ["HuggingFaceModel"]
 class HuggingFaceModel(HuggingFaceModelMixin, ComposerModule):
     """``composer_bridge.hf.HuggingFaceModel`` as a ``pytorch_lightning.LightningModule`` (same arguments).
 
-    Example:
+    Examples:
         >>> import transformers, pytorch_lightning as pl
         >>> config = transformers.GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=32, n_positions=16)
         >>> isinstance(HuggingFaceModel(transformers.GPT2LMHeadModel(config)), pl.LightningModule)

@@ -7,7 +7,7 @@ forward selection with removal, and confirms it on seeds the search never saw. T
 ``python -m composer_bridge.search --config search.yaml`` does the same from a LightningCLI-style
 config. See docs/search.md.
 
-Example:
+Examples:
     >>> from composer_bridge.search import Candidate, search_recipe
     >>> Candidate("MixUp", {"alpha": 0.2}).label
     'MixUp'

@@ -76,7 +76,7 @@ def factory(section: dict[str, Any], name: str, passes: str) -> Callable[[Any], 
     """A function ``f(value)`` that builds ``section``'s ``class_path`` with ``init_args`` (and ``passes=value``
     when the class or function takes that argument).
 
-    Example:
+    Examples:
         >>> make = factory({"class_path": "collections.OrderedDict", "init_args": {"a": 1}}, "data", "seed")
         >>> dict(make(0))
         {'a': 1}
@@ -112,7 +112,7 @@ def _candidates(items: Any) -> list[Candidate | str] | None:
 def executor_from(section: Any) -> Any:
     """The search's executor from the config's ``executor`` (``None``, ``local``, ``ray``, or a mapping).
 
-    Example:
+    Examples:
         >>> executor_from(None) is None, executor_from({"name": "local"}) is None
         (True, True)
     """

@@ -5,7 +5,7 @@ a recipe would publish them; :meth:`Candidate.build` makes a fresh instance for 
 length, with the arguments counted in optimizer steps rescaled by
 :func:`composer_bridge.recipes.scale_to_run` (EMA's half-life, SAM's interval).
 
-Example:
+Examples:
     >>> Candidate("EMA", {"half_life": "100ba", "update_interval": "20ba"}).build(total_steps=200)
     EMA(half_life='10ba', smoothing=None, ema_start='0.0dur', update_interval='2ba')
     >>> Candidate("LabelSmoothing", {"smoothing": 0.1}).label
@@ -123,7 +123,7 @@ SETTING_LADDERS: dict[str, tuple[dict[str, Any], ...]] = {
 def ladder(algorithm: str) -> list[Candidate]:
     """The rungs of ``algorithm``'s settings ladder as candidates, labelled by their settings.
 
-    Example:
+    Examples:
         >>> [c.label for c in ladder("LabelSmoothing")]
         ['LabelSmoothing(smoothing=0.05)', 'LabelSmoothing(smoothing=0.1)', 'LabelSmoothing(smoothing=0.2)']
     """
@@ -139,7 +139,7 @@ def with_ladders(candidates: Sequence[Candidate | str] | None = None) -> list[Ca
 
     Each rung is one more curve per search seed in the first step, so the budget must cover them.
 
-    Example:
+    Examples:
         >>> [c.label for c in with_ladders(["BlurPool", "MixUp"])]
         ['BlurPool', 'MixUp(alpha=0.1)', 'MixUp(alpha=0.2)', 'MixUp(alpha=0.4)']
     """
@@ -154,7 +154,7 @@ def as_candidates(candidates: Sequence[Candidate | str] | None) -> list[Candidat
 
     Raises :class:`~composer_bridge.search.errors.SearchInputError` for an unknown algorithm, an empty list or two candidates with one label.
 
-    Example:
+    Examples:
         >>> [c.label for c in as_candidates(["BlurPool", Candidate("MixUp", {"alpha": 0.2})])]
         ['BlurPool', 'MixUp']
     """
@@ -203,7 +203,7 @@ def unmet_input_need(algorithm: Algorithm, batch: Any) -> str | None:
     """What ``algorithm`` declares it needs of its input (:attr:`~composer_bridge.Algorithm.needs`) and
     ``batch`` lacks, in words; ``None`` when the batch has all of it.
 
-    Example:
+    Examples:
         >>> from composer_bridge.algorithms import CutMix, MixUp
         >>> signals = (torch.randn(8, 1, 40), torch.zeros(8, dtype=torch.long))
         >>> unmet_input_need(MixUp(), signals) is None
@@ -271,7 +271,7 @@ def from_recipe(name: str, prefix: str | None = None, **fill: Any) -> list[Candi
     with search candidates of the same class and other arguments. ``fill`` supplies a language
     recipe's placeholders (``max_seq_length=128``).
 
-    Example:
+    Examples:
         >>> print(", ".join(c.label for c in from_recipe("short")))
         short:BlurPool, short:ChannelsLast, short:LabelSmoothing
     """

@@ -1,6 +1,6 @@
 """Bad input to the recipe search, refused before any training with a message that says how to fix it.
 
-Example:
+Examples:
     >>> check_run_lengths([200, 50, 100])
     [50, 100, 200]
     >>> check_mode("maximise")

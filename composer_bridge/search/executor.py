@@ -11,7 +11,7 @@ executor and decides from outcomes only, so *where* a fit ran cannot change a de
 * :class:`composer_bridge.search.ray_executor.RayExecutor`: every fit a Ray task with its own
   resources, as many side by side as the cluster holds.
 
-Example:
+Examples:
     >>> executor = InProcessExecutor()
     >>> executor.pending()
     0
@@ -84,7 +84,7 @@ class Executor(Protocol):
 def needs_own_launcher(trainer_kwargs: dict[str, Any]) -> bool:
     """Does a Trainer with these settings start more processes (DDP on several devices or nodes)?
 
-    Example:
+    Examples:
         >>> needs_own_launcher({"strategy": "ddp", "devices": 2}), needs_own_launcher({"devices": 1})
         (True, False)
     """
@@ -97,7 +97,7 @@ def needs_own_launcher(trainer_kwargs: dict[str, Any]) -> bool:
 def device_count(trainer_kwargs: dict[str, Any]) -> int:
     """How many devices (processes, for DDP) one fit with these Trainer settings uses on one machine.
 
-    Example:
+    Examples:
         >>> device_count({"devices": 2}), device_count({"devices": [0, 1, 2]}), device_count({"accelerator": "cpu"})
         (2, 3, 1)
     """
@@ -139,7 +139,7 @@ def execute(task: FitTask) -> FitOutcome:
 class InProcessExecutor:
     """One fit at a time, in this process, in the order submitted (the search's default).
 
-    Example:
+    Examples:
         >>> from composer_bridge.search import search_recipe  # doctest: +SKIP
         >>> search_recipe(make_module, make_data, max_fits=40, executor=InProcessExecutor())  # doctest: +SKIP
     """

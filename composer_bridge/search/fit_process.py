@@ -8,7 +8,7 @@ this one fit and nothing else. Rank 0 writes the outcome; the search reads it ba
 A child that dies (killed, out of memory, a crashed rank) is started once more; a second failure
 is returned as a failed :class:`~composer_bridge.search.executor.FitOutcome` with the reason.
 
-Example:
+Examples:
     >>> from composer_bridge.search.executor import FitTask
     >>> check_shippable(FitTask(lambda n: None, print, [], 2, 0, "val/acc", "steps"), "a child process")
     Traceback (most recent call last):

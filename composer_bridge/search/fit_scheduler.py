@@ -7,7 +7,7 @@ search first announces the curves it is about to read (:meth:`FitScheduler.prefe
 are then trained side by side, and the search replays its decisions from the cache, so the path
 never depends on which fit finished first.
 
-Example:
+Examples:
     >>> from composer_bridge.search.candidates import Candidate
     >>> from composer_bridge.search.executor import InProcessExecutor
     >>> from composer_bridge.search.settings import SearchSettings

@@ -33,7 +33,7 @@ Where and when fits train (the cache, the budget, fits side by side) is the
 fits in the order the method reads them, and announces the curves it is about to read
 (``_prefetch``) so that a concurrent executor can train them side by side.
 
-Example:
+Examples:
     >>> from composer_bridge.search.candidates import Candidate
     >>> from composer_bridge.search.executor import InProcessExecutor
     >>> from composer_bridge.search.fit_scheduler import FitScheduler
@@ -74,7 +74,7 @@ Scores = dict[int, float | None]  # a configuration's strict speed-up per seed (
 def mean_score(scores: Mapping[int, float | None], seeds: Sequence[int]) -> float:
     """The mean speed-up over ``seeds``, failures as 0x.
 
-    Example:
+    Examples:
         >>> mean_score({0: 1.5, 1: None}, [0, 1])
         0.75
     """

@@ -8,7 +8,7 @@ algorithm and scheduler. One ``@ray.remote`` function with ``num_cpus``/``num_gp
 
 Install with ``pip install 'composer-bridge[ray]'``.
 
-Example:
+Examples:
     >>> RayExecutor().resources({"accelerator": "cpu", "devices": 2})  # cores, GPUs: one core per DDP process
     (2.0, 0.0)
     >>> from composer_bridge.search import search_recipe  # doctest: +SKIP

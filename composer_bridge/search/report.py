@@ -1,6 +1,6 @@
 """What a recipe search reports: a summary, the recipe as Python and as LightningCLI YAML, tables, a plot, W&B.
 
-Example:
+Examples:
     >>> from composer_bridge.search.candidates import Candidate
     >>> print(recipe_code([Candidate("LabelSmoothing", {"smoothing": 0.1})], total_steps=200))
     from composer_bridge import AlgorithmEngineCallback

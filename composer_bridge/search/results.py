@@ -1,6 +1,6 @@
 """What a recipe search hands back: one curve's result, the whole search's result, the budget's stop.
 
-Example:
+Examples:
     >>> CurveResult(("MixUp",), 0, "search", [(1.0, 0.8)], "reached Q", 1.5).speedup
     1.5
     >>> config_name(()), config_name(("BlurPool", "MixUp"))

@@ -9,7 +9,7 @@ that never reaches ``Q`` has no speed-up (``None``): a failure, counted as 0x in
 
 ``benchmarks/pareto.py`` and the recipe search (:mod:`composer_bridge.search`) both use these.
 
-Example:
+Examples:
     >>> strict_speedup([(1, 0.8), (2, 0.9), (4, 0.95)], [(0.5, 0.85), (1, 0.93), (2, 0.97)], True)
     (2.666667, 0.95, 4.0, 1.5)
 """
@@ -31,7 +31,7 @@ def time_to_reach(curve: Curve, target: float, higher_is_better: bool) -> float 
     Starts at the first point (no extrapolation before it or after the last one); ``None`` if the
     curve never gets there.
 
-    Example:
+    Examples:
         >>> round(time_to_reach([(1.0, 0.5), (3.0, 0.9)], 0.7, higher_is_better=True), 6)
         2.0
         >>> time_to_reach([(1.0, 0.5), (3.0, 0.9)], 0.95, higher_is_better=True) is None
@@ -53,7 +53,7 @@ def time_to_reach(curve: Curve, target: float, higher_is_better: bool) -> float 
 def best_quality(curve: Curve, higher_is_better: bool) -> float:
     """The best quality on ``curve`` (``max`` or ``min``).
 
-    Example:
+    Examples:
         >>> best_quality([(1, 0.8), (2, 0.9)], True), best_quality([(1, 3.0), (2, 2.5)], False)
         (0.9, 2.5)
     """
@@ -67,7 +67,7 @@ def strict_speedup(base: Curve, recipe: Curve,
                    higher_is_better: bool) -> tuple[float | None, float, float, float | None]:
     """``(speed-up or None, Q, baseline's time to Q, recipe's time to Q)`` for one pair of curves.
 
-    Example:
+    Examples:
         >>> strict_speedup([(1, 0.8), (2, 0.9), (4, 0.95)], [(0.5, 0.85), (1, 0.93), (2, 0.97)], True)
         (2.666667, 0.95, 4.0, 1.5)
     """
@@ -109,7 +109,7 @@ class SpeedUp:
 def summarise_speedups(per_seed: dict[int, float | None]) -> SpeedUp:
     """A :class:`SpeedUp` from ``{seed: speed-up or None}``, seeds in ascending order.
 
-    Example:
+    Examples:
         >>> s = summarise_speedups({1: 1.5, 0: None})
         >>> s.per_seed, s.mean, s.reached
         ((None, 1.5), 0.75, 1)
@@ -123,7 +123,7 @@ def best_quality_within(curve: Curve, seconds: float, higher_is_better: bool) ->
 
     Only measured points count: each is a whole run of its length, and nothing is interpolated.
 
-    Example:
+    Examples:
         >>> best_quality_within([(1.0, 0.6), (2.0, 0.8), (4.5, 0.9)], 4.0, True)
         0.8
         >>> best_quality_within([(5.0, 0.9)], 4.0, True) is None
@@ -170,7 +170,7 @@ class CurveGoal:
     ``t_total``, so that both answers are measured: the strict speed-up and the best quality within the
     baseline's training time.
 
-    Example:
+    Examples:
         >>> goal = CurveGoal.of([(1.0, 0.5), (2.0, 0.7)], higher_is_better=True, search=True)
         >>> goal.q, goal.t_base, goal.settled([(1.5, 0.6)]), goal.settled([(0.8, 0.6), (1.6, 0.75)])
         (0.7, 2.0, None, 'reached Q')

@@ -6,7 +6,7 @@
 :class:`~composer_bridge.search.greedy.GreedySearch` (its module docstring describes the method's
 five steps); what it hands back is a :class:`~composer_bridge.search.results.SearchResult`.
 
-Example:
+Examples:
     >>> from composer_bridge.search import search_recipe  # doctest: +SKIP
     >>> result = search_recipe(make_module, make_data, monitor="val/acc", run_lengths=[50, 100, 200],
     ...                        max_fits=60, search_seeds=[0, 1], confirm_seeds=[100, 101, 102],

@@ -3,7 +3,7 @@
 :func:`composer_bridge.search.search_recipe` checks its arguments and builds one
 :class:`SearchSettings`; the fit scheduler and the greedy search read it and never change it.
 
-Example:
+Examples:
     >>> from composer_bridge.search.candidates import Candidate
     >>> settings = SearchSettings(make_module=None, make_data=None, monitor="val/acc", higher=True,
     ...                           candidates=(Candidate("MixUp"), Candidate("BlurPool")),

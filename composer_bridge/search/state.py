@@ -4,7 +4,7 @@ A search is a deterministic function of its settings and of the fits' results, s
 holds only those: resuming replays the decisions with the recorded fits (no training) and trains
 from the first fit that is missing. A finished search replays entirely from disk.
 
-Example:
+Examples:
     >>> import tempfile, pathlib
     >>> store = SearchState(pathlib.Path(tempfile.mkdtemp()) / "search.json", {"monitor": "val/acc"})
     >>> store.fits, store.overhead_s

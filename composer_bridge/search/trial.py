@@ -5,7 +5,7 @@ length so its schedule can scale to it), without validation during training, and
 once; the quality is the validation metric ``monitor``. Training is timed by
 :class:`TrainingClock` from ``on_train_start`` to ``on_train_end``.
 
-Example:
+Examples:
     >>> clock = TrainingClock("cpu")
     >>> clock.seconds("cpu"), clock.seconds("steps")
     (0.0, 0.0)

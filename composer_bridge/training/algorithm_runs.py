@@ -9,7 +9,7 @@ over, the attributes are reset to that copy and the algorithm starts fresh, exac
 instance would. The same model continuing in the same callback (``fit`` again, ``validate``,
 ``test``, a resumed checkpoint) keeps its state.
 
-Example:
+Examples:
     >>> from composer_bridge.algorithms import EMA
     >>> ema = EMA()
     >>> bind(ema, run=1)

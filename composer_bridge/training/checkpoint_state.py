@@ -194,7 +194,7 @@ class BridgeCheckpoint:
         add_missing_on_load: re-create surgery algorithms the checkpoint needs and the run lacks.
         known_algorithms: the user's own ``Algorithm`` classes that may be re-created.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from composer_bridge.core.state import State
         >>> from composer_bridge.algorithms import EMA

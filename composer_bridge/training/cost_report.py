@@ -12,7 +12,7 @@ backward pass, extra forward passes inside the model, a GPU kernel still running
 ``apply`` returns) is not. On a GPU, ``apply`` times are launch times unless the algorithm
 synchronises.
 
-Example:
+Examples:
     >>> report = cost_report({"MixUp/BEFORE_FORWARD": [4, 0.002], "MixUp/BEFORE_LOSS": [4, 0.001]},
     ...                      train_seconds=1.0)
     >>> report.by_algorithm()

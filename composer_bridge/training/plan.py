@@ -20,7 +20,7 @@ Known conflicts it warns about, found by the capabilities the algorithms declare
 - two algorithms that ``averages_weights`` (EMA and SWA) both keep averaged weights;
 - a pass warned while ordering.
 
-Example:
+Examples:
     >>> from composer_bridge.core.algorithm import Algorithm
     >>> from composer_bridge.core.event import Event
     >>> class Smooth(Algorithm):

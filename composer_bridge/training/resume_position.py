@@ -17,7 +17,7 @@ The bridge follows Lightning's counters either way (its state must match the loo
 module only measures the gap, once per resumed fit, and warns with its size. It knows nothing of
 Lightning: the adapter gives it the restored timestamp and the loop's position.
 
-Example:
+Examples:
     >>> import warnings
     >>> position = ResumePosition()
     >>> position.expect(epoch=1, step_in_epoch=3, steps_per_epoch=3)  # saved at epoch 1's last step

@@ -8,7 +8,7 @@ with several optimizers (one ``training_step``, several steps: ``timestamp.batch
 ``global_step``), manual accumulation (no step yet: the micro-batch continues the step) and SAM
 (two closure evaluations, one step).
 
-Example:
+Examples:
     >>> import torch
     >>> from composer_bridge.core.state import State
     >>> state = State(torch.nn.Linear(1, 1))
@@ -103,7 +103,7 @@ class StepClock:
         moved to the next epoch, which every random draw is keyed on) and then EPOCH_START: the
         resumed run must fire them too, before its first batch.
 
-        Example:
+        Examples:
             >>> import torch
             >>> state = State(torch.nn.Linear(1, 1))
             >>> state.count_batch(samples=4, seconds=0.0)  # epoch 0 ran a batch; its end did not fire

@@ -61,7 +61,7 @@ log-probabilities, an ``ignore_index`` with targets mixed across examples, ``lab
 with targets turned into probabilities, derived targets (``y.float()``, a copy) for algorithms
 that act per sample, a batch that is a bare tensor.
 
-Example:
+Examples:
     >>> import torch
     >>> from composer_bridge.algorithms import LabelSmoothing
     >>> check_plain_module([LabelSmoothing(0.1)], torch.nn.Module())  # nothing to refuse

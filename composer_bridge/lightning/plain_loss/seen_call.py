@@ -6,7 +6,7 @@ probability targets with ignored positions (:func:`probability_loss`), and the t
 tensors (the batch's own targets, a flattened view of them, class indices derived from them, the
 module's output, log-probabilities).
 
-Example:
+Examples:
     >>> import torch
     >>> import torch.nn.functional as F
     >>> y = torch.tensor([[1, 2], [0, -100]])

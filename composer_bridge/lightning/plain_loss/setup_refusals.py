@@ -8,7 +8,7 @@ optimization; and a module with one criterion submodule shows its options (``lab
 replace the targets. The per-step interception (:mod:`.step_events`) asks :func:`refusal` the same
 question about the options a loss call shows in a step.
 
-Example:
+Examples:
     >>> import torch
     >>> from composer_bridge.algorithms import LabelSmoothing
     >>> check_plain_module([LabelSmoothing(0.1)], torch.nn.Module())  # nothing to refuse

@@ -103,7 +103,7 @@ class PlainLossStep:
     instance (see :class:`~composer_bridge.lightning.module_hooks.ModuleHooks`), and the object
     is ``state.loss_source`` until :meth:`close`.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from composer_bridge.core.state import State
         >>> from composer_bridge.algorithms import LabelSmoothing

@@ -17,7 +17,7 @@ A name bound with ``from torch.nn.functional import cross_entropy`` before the s
 (it holds the original function); :func:`direct_imports` finds such names so that an error can
 say so.
 
-Example:
+Examples:
     >>> import torch
     >>> import torch.nn.functional as F
     >>> seen = []
@@ -111,7 +111,7 @@ def original(name: str) -> Callable[..., Any]:
 def direct_imports(module: ModuleType | None) -> list[str]:
     """Names in ``module``'s globals bound to an intercepted function itself (``from ... import cross_entropy``).
 
-    Example:
+    Examples:
         >>> import types
         >>> user_code = types.ModuleType("user_code")
         >>> user_code.ce = torch.nn.functional.cross_entropy
