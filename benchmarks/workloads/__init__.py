@@ -4,7 +4,7 @@ Each module here defines one :class:`~workloads.base.Workload` as ``WORKLOAD``; 
 by name. The modules written for the benchmark (fits, configurations, scores, the results file) sit
 beside them: ``curve_fit``, ``configs``, ``scores``, ``store``, ``report``.
 
-Example:
+Examples:
     >>> "vit" in NAMES
     True
 """

@@ -6,7 +6,7 @@ baseline reaches its plateau). Every workload's module trains with :func:`adamw_
 linear warm-up over the first 5 % of the run, cosine decay to zero at its end, the learning rate
 chosen from ``lr_grid`` on the tuning seeds by ``benchmarks/run_workloads.py`` and then frozen.
 
-Example:
+Examples:
     >>> import torch
     >>> net = torch.nn.Linear(2, 2)
     >>> config = adamw_warmup_cosine(net.parameters(), lr=1e-3, total_steps=100)
@@ -62,7 +62,7 @@ class Workload:
 def warmup_cosine(total_steps: int, warmup_fraction: float = 0.05) -> Callable[[int], float]:
     """The learning-rate factor at each step: linear warm-up, then cosine decay to zero at ``total_steps``.
 
-    Example:
+    Examples:
         >>> f = warmup_cosine(100)
         >>> round(f(0), 2), round(f(5), 2), round(f(100), 2)
         (0.2, 1.0, 0.0)

@@ -7,7 +7,7 @@
 * every published recipe (:mod:`composer_bridge.recipes`) that applies whole, named ``recipe:<name>``;
 * ``search``: the recipe search's pick, added once the search has run (:mod:`run_workloads`).
 
-Example:
+Examples:
     >>> as_spec([Candidate("MixUp", {"alpha": 0.2})])
     (('MixUp', {'alpha': 0.2}),)
 """

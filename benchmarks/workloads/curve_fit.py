@@ -5,7 +5,7 @@ A fit trains ``total_steps`` optimizer steps (the module's schedule is that long
 seconds with the validations left out, so the time to a target measures training, not measuring.
 A fit that raises (an algorithm refusing the module at set-up, say) is returned with its error.
 
-Example:
+Examples:
     >>> spec = FitSpec("vit", "baseline", (), seed=0, lr=1e-3, total_steps=8, eval_every=4)
     >>> spec.key
     'vit|[]|0|8|0.001'

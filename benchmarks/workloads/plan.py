@@ -13,7 +13,7 @@
 Nothing of a later phase starts before the phase it depends on has finished; what has finished is
 read from the :class:`~workloads.store.Store`, so a killed run resumes where it stopped.
 
-Example:
+Examples:
     >>> settings = Settings()
     >>> settings.tuning_seeds, settings.heldout_seeds
     ((0, 1), (1000, 1001, 1002))

@@ -6,7 +6,7 @@ applicability check, or at set-up) is scored there as the baseline: a user who a
 refusal and trains without it. A configuration that trains but does not reach the target on most
 held-out seeds fails that workload (an infinite time in its profile).
 
-Example:
+Examples:
     >>> cell({"mean": 1.5, "sd": 0.25, "reached": 3, "seeds": 3})
     '1.50 ± 0.25'
 """

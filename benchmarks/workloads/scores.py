@@ -10,7 +10,7 @@
 * **Score**: the area under ``rho`` from ``tau = 1`` to ``tau_max = 4``, divided by 3, so 1 means the
   fastest on every workload and 0 means never within 4x of the fastest (or never reaching the target).
 
-Example:
+Examples:
     >>> points = [{"step": 10, "cpu_s": 1.0, "quality": 0.5}, {"step": 20, "cpu_s": 2.0, "quality": 0.8}]
     >>> time_to_target(points, 0.7, "max")
     (20, 2.0)
@@ -85,7 +85,7 @@ def score(config_ratios: Mapping[str, float], tau_max: float = TAU_MAX) -> float
 def speedups(baseline: Mapping[Any, float | None], config: Mapping[Any, float | None]) -> dict[str, Any]:
     """Seed by seed, the baseline's time to target over the configuration's; mean and sd where both reached.
 
-    Example:
+    Examples:
         >>> speedups({1: 10.0, 2: 12.0, 3: None}, {1: 5.0, 2: 12.0, 3: 4.0})["per_seed"]
         {'1': 2.0, '2': 1.0, '3': None}
     """

@@ -5,7 +5,7 @@ with its default candidates and the published recipes that apply as its starting
 CPU seconds; its state lives in ``<out>/search_<workload>/`` so it resumes. Its pick then trains on
 the held-out seeds like every other configuration (:mod:`workloads.plan`).
 
-Example:
+Examples:
     >>> from workloads.plan import SearchSpec
     >>> SearchSpec("vit", 1e-3, (10, 20), (10, 11), (12,)).key
     'vit|search|0.001|[10, 20]|[10, 11]'

@@ -4,7 +4,7 @@ Every fit and every search is appended to ``<out>/fits.jsonl`` the moment it fin
 changes its numbers (:attr:`workloads.curve_fit.FitSpec.key`); a later run with the same ``--out``
 trains only the keys the file lacks. A line cut short by a kill is dropped.
 
-Example:
+Examples:
     >>> import tempfile, pathlib
     >>> store = Store(pathlib.Path(tempfile.mkdtemp()))
     >>> store.add({"key": "a|baseline|0|8|0.001", "cpu_s": 1.0})
