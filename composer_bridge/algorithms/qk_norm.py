@@ -16,7 +16,11 @@ the projection's weights keep their values (their names gain ``.projection``). W
 - :class:`composer_bridge.models.gpt.CausalSelfAttention`: its ``qkv`` projection;
 - ``torch.nn.MultiheadAttention`` (also inside ``nn.TransformerEncoderLayer``) →
   :class:`QKNormMultiheadAttention`, which keeps the input and output projection parameters (the
-  same tensors) and computes the attention itself (PyTorch's fused path is turned off for it).
+  same tensors) and computes the attention itself (PyTorch's fused path is turned off for it);
+- any attention module with one fused ``[q | k | v]`` ``nn.Linear`` (:func:`fused_qkv_layout`: timm's
+  ``Attention.qkv``, nanoGPT's ``c_attn``, vit-pytorch's ``to_qkv``) beside a head count: timm's empty
+  ``q_norm``/``k_norm`` slots are filled with the norms (a module whose slots already normalise is left
+  alone); elsewhere the projection is wrapped.
 
 Other libraries' classes are added to the defaults with :func:`register_qk_norm_policy`
 (:mod:`composer_bridge.hf` registers Hugging Face's GPT-2, Llama, Qwen2, Mistral, Gemma, Phi-3 and
@@ -67,6 +71,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_EPS",
+    "FUSED_QKV_NAMES",
+    "HEAD_COUNT_NAMES",
     "HeadRMSNorm",
     "QKNorm",
     "QKNormMultiheadAttention",
@@ -74,6 +80,7 @@ __all__ = [
     "QKNormProjection",
     "apply_qk_norm",
     "default_qk_norm_policy",
+    "fused_qkv_layout",
     "normalise_projection",
     "register_qk_norm_policy",
 ]
@@ -331,6 +338,67 @@ class QKNormMultiheadAttention(nn.MultiheadAttention):
         return total
 
 
+#: Names of one fused projection whose output is ``[q | k | v]``, each head's columns together inside each
+#: part: timm's ``Attention.qkv``, nanoGPT's ``c_attn``, vit-pytorch's ``to_qkv``, MosaicML's ``Wqkv``.
+FUSED_QKV_NAMES = ("qkv", "c_attn", "to_qkv", "Wqkv")
+#: Names of the head count beside it.
+HEAD_COUNT_NAMES = ("num_heads", "n_heads", "n_head", "heads")
+
+
+def fused_qkv_layout(module: nn.Module) -> tuple[str, int, int] | None:
+    """``(projection name, width of q, head_dim)`` when ``module`` is attention with one fused ``[q | k | v]`` Linear.
+
+    Recognised by structure, whatever the class: an ``nn.Linear`` named as in :data:`FUSED_QKV_NAMES`
+    whose output is three equal parts, and an int head count named as in :data:`HEAD_COUNT_NAMES` that
+    divides a part. The layout assumed is timm's and nanoGPT's (``reshape(B, N, 3, heads, head_dim)``,
+    or ``split(width)`` then ``view(B, N, heads, head_dim)``); a model that interleaves ``[q | k | v]``
+    per head (GPT-NeoX's ``query_key_value``) has its own policy.
+
+    Examples:
+        >>> class Attention(torch.nn.Module):  # timm's layout
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.num_heads, self.qkv = 2, torch.nn.Linear(8, 24)
+        >>> fused_qkv_layout(Attention())
+        ('qkv', 8, 4)
+    """
+    heads = next((getattr(module, n) for n in HEAD_COUNT_NAMES if isinstance(getattr(module, n, None), int)), None)
+    if not heads or heads < 1 or isinstance(module, (CausalSelfAttention, nn.MultiheadAttention)):
+        return None
+    for name in FUSED_QKV_NAMES:
+        projection = getattr(module, name, None)
+        if isinstance(projection, nn.Linear) and projection.out_features % 3 == 0:
+            width = projection.out_features // 3
+            if width % heads == 0:
+                return name, width, width // heads
+    return None
+
+
+def _fused_qkv_attention(attention: nn.Module, eps: float) -> nn.Module | None:
+    """timm's slots where the module has them (``q_norm``/``k_norm`` as ``nn.Identity``), else the projection wrapped.
+
+    A module whose ``q_norm``/``k_norm`` already normalise (timm's ``qk_norm=True``) is left alone.
+    """
+    layout = fused_qkv_layout(attention)
+    assert layout is not None
+    name, width, head_dim = layout
+    slots = [getattr(attention, slot, None) for slot in ("q_norm", "k_norm")]
+    if all(isinstance(slot, nn.Module) for slot in slots):
+        if not all(isinstance(slot, nn.Identity) for slot in slots):
+            return None  # it normalises queries and keys already
+        weight = getattr(attention, name).weight
+        for slot in ("q_norm", "k_norm"):
+            setattr(attention, slot, HeadRMSNorm(head_dim, eps).to(device=weight.device, dtype=weight.dtype))
+        return attention
+    if not normalise_projection(attention, name, head_dim, (0, width), (width, 2 * width), eps):
+        return None
+    return attention
+
+
+def _has_fused_qkv(module: nn.Module) -> bool:
+    return fused_qkv_layout(module) is not None
+
+
 def _multihead_attention(mha: nn.Module, eps: float) -> nn.Module:
     assert isinstance(mha, nn.MultiheadAttention)
     return QKNormMultiheadAttention.from_multihead_attention(mha, eps)
@@ -369,6 +437,11 @@ def _merge_policy(policy: QKNormPolicy | None) -> dict[type, Callable[[nn.Module
                 "-> module or None."
             )
     return {**dict(policy), **{k: v for k, v in merged.items() if k not in policy}}
+
+
+def _with_structural(policies: dict) -> dict:
+    """The class policies first, then attention recognised by its fused ``[q | k | v]`` projection."""
+    return {**policies, _has_fused_qkv: _fused_qkv_attention}
 
 
 def _check_eps(eps: float) -> None:
@@ -411,7 +484,7 @@ def apply_qk_norm(
         return lambda module, index: fn(module, eps)
 
     done = replace_modules(
-        model, {cls: bound(fn) for cls, fn in merged.items()}, optimizers=optimizers,
+        model, {key: bound(fn) for key, fn in _with_structural(merged).items()}, optimizers=optimizers,
         skip=(QKNormMultiheadAttention, QKNormProjection),
     )
     if done:
