@@ -22,7 +22,7 @@ from composer_bridge.algorithms.layer_freezing import freeze_layers
 from composer_bridge.algorithms.low_precision_groupnorm import apply_low_precision_groupnorm
 from composer_bridge.algorithms.low_precision_layernorm import apply_low_precision_layernorm
 from composer_bridge.algorithms.mixup import mixup_batch
-from composer_bridge.algorithms.muon import apply_muon, muon_parameters
+from composer_bridge.algorithms.muon import apply_muon, muon_matrices, muon_parameters
 from composer_bridge.algorithms.progressive_resizing import resize_batch
 from composer_bridge.algorithms.qk_norm import apply_qk_norm
 from composer_bridge.algorithms.randaugment import randaugment_image
@@ -60,6 +60,7 @@ __all__: list[str] = [
     "factorize_matrix",
     "freeze_layers",
     "mixup_batch",
+    "muon_matrices",
     "muon_parameters",
     "randaugment_image",
     "resize_batch",

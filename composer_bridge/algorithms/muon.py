@@ -25,30 +25,116 @@ from composer_bridge.core.event import Event
 from composer_bridge.core.logger import Logger
 from composer_bridge.core.state import State
 
-__all__ = ["Muon", "MuonSplit", "apply_muon", "muon_parameters"]
+__all__ = ["LAYOUTS", "Muon", "MuonSplit", "apply_muon", "as_matrix", "muon_matrices", "muon_parameters"]
 
 _FIX = "upgrade torch (pip install 'torch>=2.9'), or remove Muon"
 
 
+#: How Muon sees a weight as a matrix: as it is (``nn.Linear``: out x in), transposed (transformers'
+#: ``Conv1D``, stored in x out) or flattened (a convolution's filters, out x in*k...).
+LAYOUTS = ("linear", "transposed", "flattened")
+
+
+def _is_hf_conv1d(module: torch.nn.Module) -> bool:
+    """transformers' ``Conv1D`` (GPT-2's layers), recognised without importing transformers: a 2-D weight ``(in, nf)``."""
+    weight = getattr(module, "weight", None)
+    return (type(module).__name__ == "Conv1D" and isinstance(getattr(module, "nf", None), int)
+            and isinstance(weight, torch.Tensor) and weight.ndim == 2 and weight.shape[1] == module.nf)
+
+
+def muon_matrices(model: torch.nn.Module) -> list[tuple[str, torch.nn.Parameter, str]]:
+    """``(name, weight, layout)`` of every weight Muon trains, with how it is seen as a matrix (:data:`LAYOUTS`).
+
+    The hidden layers: every ``nn.Linear`` but the output layer, transformers' ``Conv1D`` (GPT-2; seen
+    transposed, so that it is the ``out x in`` matrix an ``nn.Linear`` of the same layer would hold), and
+    every convolution but the input layer (``nn.Conv1d``/``2d``/``3d``, filters flattened to
+    ``out x (in/groups * kernel)``, as the CIFAR-10 speedrun does). Left with the user's optimizer: the
+    output layer (the *last* ``nn.Linear`` the model registers: ``lm_head``, ``head``, ``fc``), the input
+    layer of a conv net (the *first* convolution it registers: the stem, as embeddings are the input
+    layer of a language model), embeddings and any weight tied to one, and frozen weights.
+
+    Examples:
+        >>> net = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3), torch.nn.Conv2d(4, 8, 3), torch.nn.Flatten(),
+        ...                           torch.nn.Linear(8, 2))
+        >>> [(name, layout) for name, _, layout in muon_matrices(net)]  # the stem (0) and the head (3) stay
+        [('1.weight', 'flattened')]
+    """
+    embeddings = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
+    modules = list(model.named_modules())
+    linears = [name for name, m in modules if isinstance(m, torch.nn.Linear)]
+    convs = [name for name, m in modules if isinstance(m, torch.nn.modules.conv._ConvNd)]
+    output = linears[-1] if linears else None
+    stem = convs[0] if convs else None
+    chosen: list[tuple[str, torch.nn.Parameter, str]] = []
+    seen: set[int] = set()
+    for name, module in modules:
+        if isinstance(module, torch.nn.Linear) and name != output:
+            layout = "linear"
+        elif _is_hf_conv1d(module):
+            layout = "transposed"
+        elif isinstance(module, torch.nn.modules.conv._ConvNd) and name != stem:
+            layout = "flattened"
+        else:
+            continue
+        weight = module.weight
+        expected = 2 if layout != "flattened" else weight.ndim
+        if (weight.ndim != expected or weight.ndim < 2 or not weight.requires_grad or id(weight) in embeddings
+                or id(weight) in seen):
+            continue
+        seen.add(id(weight))
+        chosen.append((f"{name}.weight" if name else "weight", weight, layout))
+    return chosen
+
+
 def muon_parameters(model: torch.nn.Module) -> list[tuple[str, torch.nn.Parameter]]:
-    """The weights Muon trains: the 2-D weight of every ``nn.Linear`` but the output layer and any embedding.
+    """The weights Muon trains (:func:`muon_matrices`): the hidden layers' weights, not the input or output layer.
 
     The output layer is the *last* ``nn.Linear`` the model registers (``lm_head``, ``head``, ``fc``,
     ``classifier``: where language models and classifiers put it); a Linear whose weight is an
     ``nn.Embedding``'s (a tied head, or a tied input projection) is left out too. Frozen weights
     (``requires_grad=False``) are left where they are.
     """
-    embeddings = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
-    linears = [(name, m) for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
-    chosen: list[tuple[str, torch.nn.Parameter]] = []
-    seen: set[int] = set()
-    for name, module in linears[:-1]:
-        weight = module.weight
-        if weight.ndim != 2 or not weight.requires_grad or id(weight) in embeddings or id(weight) in seen:
-            continue
-        seen.add(id(weight))
-        chosen.append((f"{name}.weight" if name else "weight", weight))
-    return chosen
+    return [(name, weight) for name, weight, _ in muon_matrices(model)]
+
+
+def as_matrix(tensor: torch.Tensor, layout: str) -> torch.Tensor:
+    """``tensor`` (a weight or its gradient) seen as Muon's matrix: a view, so writing to it writes the weight.
+
+    Examples:
+        >>> as_matrix(torch.zeros(8, 4, 3, 3), "flattened").shape, as_matrix(torch.zeros(5, 7), "transposed").shape
+        (torch.Size([8, 36]), torch.Size([7, 5]))
+    """
+    if layout == "transposed":
+        return tensor.t()
+    if layout == "flattened":
+        return tensor.view(tensor.shape[0], -1)
+    return tensor
+
+
+class _MatrixView:
+    """A weight Muon cannot take as it is, and the 2-D parameter it steps in its place (sharing the weight's memory).
+
+    The stand-in's gradient is a view of the weight's, set after each backward (so clipping sees it) and
+    again before each step; zeroing the optimizer clears the weight's gradient too.
+    """
+
+    def __init__(self, weight: torch.nn.Parameter, layout: str) -> None:
+        self.weight, self.layout = weight, layout
+        self.matrix = torch.nn.Parameter(as_matrix(weight.detach(), layout))
+        self.hook = weight.register_post_accumulate_grad_hook(lambda _: self.sync())
+
+    def sync(self) -> None:
+        grad = self.weight.grad
+        self.matrix.grad = None if grad is None else as_matrix(grad, self.layout)
+
+    def zero(self, set_to_none: bool) -> None:
+        if self.weight.grad is None:
+            return
+        if set_to_none:
+            self.weight.grad = None
+        else:
+            self.weight.grad.zero_()
+        self.sync()
 
 
 class _JoinedState(MutableMapping):
@@ -98,9 +184,11 @@ class MuonSplit(torch.optim.Optimizer):
         muon: the ``torch.optim.Muon`` on the hidden matrices.
     """
 
-    def __init__(self, optimizer: torch.optim.Optimizer, muon: torch.optim.Optimizer) -> None:
+    def __init__(self, optimizer: torch.optim.Optimizer, muon: torch.optim.Optimizer,
+                 views: list[_MatrixView] | None = None) -> None:
         self.optimizer = optimizer
         self.muon = muon
+        self._views = list(views or [])
         self._user_peak = float(optimizer.param_groups[0]["lr"])
         self._muon_peaks = [float(group["lr"]) for group in muon.param_groups]
         self._joined = False
@@ -128,6 +216,8 @@ class MuonSplit(torch.optim.Optimizer):
         factor = self.schedule_factor()
         for group, peak in zip(self.muon.param_groups, self._muon_peaks, strict=True):
             group["lr"] = peak * factor
+        for view in self._views:
+            view.sync()
         self.optimizer.step()
         self.muon.step()
         return loss
@@ -135,6 +225,8 @@ class MuonSplit(torch.optim.Optimizer):
     def zero_grad(self, set_to_none: bool = True) -> None:
         self.optimizer.zero_grad(set_to_none=set_to_none)
         self.muon.zero_grad(set_to_none=set_to_none)
+        for view in self._views:
+            view.zero(set_to_none)
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         if not getattr(self, "_joined", False):
@@ -168,10 +260,11 @@ def apply_muon(model: torch.nn.Module, optimizer: torch.optim.Optimizer, **muon_
     before the optimizer has state (before the first step).
     """
     torch_versions.require(torch_versions.MUON, "Muon (torch.optim.Muon)", _FIX)
-    chosen = [p for _, p in muon_parameters(model)]
+    matrices = muon_matrices(model)
+    chosen = [p for _, p, _ in matrices]
     moving = {id(p) for p in chosen}
     owned = {id(p) for group in optimizer.param_groups for p in group["params"]}
-    missing = [name for name, p in muon_parameters(model) if id(p) not in owned]
+    missing = [name for name, p, _ in matrices if id(p) not in owned]
     if missing:
         raise ValueError(
             f"Muon would train {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}, but the optimizer does not "
@@ -179,24 +272,28 @@ def apply_muon(model: torch.nn.Module, optimizer: torch.optim.Optimizer, **muon_
         )
     if not chosen:
         raise ValueError(
-            f"Muon found no hidden weight matrix in {type(model).__name__}: it trains the 2-D weights of the nn.Linear "
-            "layers other than the output layer and embeddings, and this model has none."
+            f"Muon found no hidden weight matrix in {type(model).__name__}: it trains the weights of the hidden "
+            "nn.Linear, transformers Conv1D and convolution layers (not the output layer, the first convolution or "
+            "embeddings), and this model has none."
         )
     if optimizer.state:
         raise ValueError("apply_muon needs an optimizer that has not stepped yet (its state would be split).")
     for group in optimizer.param_groups:
         group["params"] = [p for p in group["params"] if id(p) not in moving]
-    muon = torch.optim.Muon(chosen, **muon_kwargs)  # type: ignore[attr-defined]
-    return MuonSplit(optimizer, muon)
+    views = [_MatrixView(p, layout) for _, p, layout in matrices if layout != "linear"]
+    stand_in = {id(v.weight): v.matrix for v in views}
+    muon = torch.optim.Muon([stand_in.get(id(p), p) for p in chosen], **muon_kwargs)  # type: ignore[attr-defined]
+    return MuonSplit(optimizer, muon, views)
 
 
 class Muon(Algorithm):
     """Train the hidden weight matrices with ``torch.optim.Muon``, the rest with the user's own optimizer.
 
     At ``FIT_START`` the optimizer the user's (unchanged) ``configure_optimizers`` built is split:
-    :func:`muon_parameters` (every ``nn.Linear``'s 2-D weight but the output layer and embeddings)
-    go to a ``torch.optim.Muon`` with these arguments; everything else (embeddings, the head, norms,
-    biases, convolutions) stays with the user's optimizer and its hyper-parameters. The two run as
+    :func:`muon_matrices` (the weights of the hidden ``nn.Linear``, transformers ``Conv1D`` and
+    convolution layers, the last two seen as ``out x in`` matrices) go to a ``torch.optim.Muon`` with
+    these arguments; everything else (embeddings, the output layer, the first convolution, norms,
+    biases) stays with the user's optimizer and its hyper-parameters. The two run as
     one :class:`MuonSplit`, which Lightning steps and checkpoints (both states; resumption is exact).
     The user's LR scheduler keeps scheduling: Muon's ``lr`` follows the same factor. Under DDP every
     rank holds whole matrices and the same averaged gradients, so ranks stay equal; FSDP2 (sharded
@@ -249,8 +346,9 @@ class Muon(Algorithm):
     def finds_nothing_in(self, model: torch.nn.Module) -> str | None:
         if muon_parameters(model):
             return None
-        return (f"Muon finds no hidden weight matrix in {type(model).__name__} (only the 2-D weights of nn.Linear "
-                "layers other than the output layer and embeddings go to Muon)")
+        return (f"Muon finds no hidden weight matrix in {type(model).__name__} (the weights of hidden nn.Linear, "
+                "transformers Conv1D and convolution layers go to Muon; the output layer, the first convolution and "
+                "embeddings do not)")
 
     def match(self, event: Event, state: State) -> bool:
         return event in (Event.INIT, Event.FIT_START)

@@ -95,7 +95,7 @@ DEFAULT_CANDIDATES: tuple[Candidate, ...] = (
     Candidate("GhostBatchNorm", {"ghost_batch_size": 32}),
     Candidate("GradientClipping", {"clipping_type": "norm", "clipping_threshold": 1.0}),
     # The methods language-model training adopted since: Muon (at lr 0.02, the setting measured in
-    # docs/benchmarks.md; offered only where it finds a hidden nn.Linear), a warmup-stable-decay schedule, and
+    # docs/benchmarks.md; offered only where it finds a hidden layer: nn.Linear, Conv1D, convolution), a warmup-stable-decay schedule, and
     # the two stabilisers (QKNorm where its surgery finds attention, ZLoss where the bridge sees the loss).
     # ScheduleFree is not a default: it refuses EMA, SWA, SAM, Muon and WarmupStableDecay beside it.
     Candidate("Muon", {"lr": 0.02}),
