@@ -9,7 +9,7 @@ Examples:
     >>> is_schedule_free(torch.optim.AdamW(torch.nn.Linear(2, 1).parameters()))
     False
     >>> ScheduleFree(replace=True)  # builds schedulefree.AdamWScheduleFree in place of the user's AdamW
-    ScheduleFree(replace=True, warmup_steps=0, batchnorm_batches=8)
+    ScheduleFree(replace=True, warmup_steps=0, batchnorm_batches=8, input_key=0)
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from composer_bridge.core.algorithm import Algorithm, check_owners, declaring
+from composer_bridge.core.batch import BatchKey, get_batch_item
 from composer_bridge.core.event import Event
 from composer_bridge.core.logger import Logger
 from composer_bridge.core.state import State
@@ -104,9 +105,12 @@ class ScheduleFree(Algorithm):
     BatchNorm: the running statistics are gathered at ``y`` during training. As the authors recommend,
     whenever the weights go to ``x`` during ``fit`` (validation, a checkpoint, the end of fit) the
     statistics are recomputed there, a plain average over the last ``batchnorm_batches`` training
-    batches (the forward pass of a ``ComposerModule``, in train mode, without gradients; a plain module
-    with BatchNorm is refused unless ``batchnorm_batches=0``, which leaves them as trained). Those
-    batches are kept in memory and in checkpoints (for the exact resumption of the statistics).
+    batches, in train mode, without gradients: a ``ComposerModule``'s ``forward(batch)``, or a plain
+    module's ``forward`` on the input found in the batch (``input_key``, item 0 of a tuple batch by
+    default; a module's ``batch_keys`` names it for dict batches). A plain module with BatchNorm is
+    refused where no input can be found (its first training batch holds no tensor at ``input_key``) or
+    it defines no ``forward``; ``batchnorm_batches=0`` leaves the statistics as trained. Those batches
+    are kept in memory and in checkpoints (for the exact resumption of the statistics).
 
     Exactness: the optimizer's ``train()`` recomputes ``y`` from ``x`` with a rounding error, so the
     training weights ``y`` are kept (one copy of the weights, like EMA's, in checkpoints while the model
@@ -125,17 +129,20 @@ class ScheduleFree(Algorithm):
         warmup_steps: the counterpart's ``warmup_steps`` (``replace=True`` only). Default ``0``.
         batchnorm_batches: training batches to recompute BatchNorm statistics at ``x`` before each
             validation. Default ``8``.
+        input_key: where a plain module's input is in the batch (index, dict key or ``(getter, setter)``),
+            for the BatchNorm statistics. Default ``0``; a module's ``batch_keys`` sets it.
 
     Examples:
         >>> ScheduleFree(replace=True, warmup_steps=100)
-        ScheduleFree(replace=True, warmup_steps=100, batchnorm_batches=8)
+        ScheduleFree(replace=True, warmup_steps=100, batchnorm_batches=8, input_key=0)
     """
 
     unique = True
     owns_optimizer = True
     owns_schedule = True
 
-    def __init__(self, replace: bool = False, warmup_steps: int = 0, batchnorm_batches: int = 8) -> None:
+    def __init__(self, replace: bool = False, warmup_steps: int = 0, batchnorm_batches: int = 8,
+                 input_key: BatchKey = 0) -> None:
         if not isinstance(replace, bool):
             raise ValueError(f"ScheduleFree(replace={replace!r}): must be True or False.")
         for name, value in (("warmup_steps", warmup_steps), ("batchnorm_batches", batchnorm_batches)):
@@ -147,6 +154,7 @@ class ScheduleFree(Algorithm):
         self.replace = replace
         self.warmup_steps = warmup_steps
         self.batchnorm_batches = batchnorm_batches
+        self.input_key = input_key
         self._optimizers: list[Any] = []
         self._recent: list[Any] = []  # the last training batches, for the BatchNorm statistics
         self._state: State | None = None
@@ -281,17 +289,39 @@ class ScheduleFree(Algorithm):
         self._optimizers = [o for o in state.optimizers if switches_modes(o)]
         self._state = state
         self._has_batchnorm = bool(_batchnorms(state.model))
-        if self._has_batchnorm and self.batchnorm_batches and not callable(getattr(state.model, "loss", None)):
+        if self._needs_input(state) and not _defines_forward(state.model):
             raise ValueError(
-                "ScheduleFree recomputes BatchNorm statistics at the averaged weights (as the schedulefree authors "
-                "recommend) by running the model's forward on recent training batches, which needs a ComposerModule "
-                "(forward(batch)). Use one, or ScheduleFree(batchnorm_batches=0) to keep the statistics gathered in training."
+                f"ScheduleFree recomputes BatchNorm statistics at the averaged weights (as the schedulefree authors "
+                f"recommend) by running {type(state.model).__name__}'s forward on recent training inputs, and "
+                f"{type(state.model).__name__} defines no forward. Define forward(x) (what training_step calls as "
+                "self(x)), or use ScheduleFree(batchnorm_batches=0) to keep the statistics gathered in training."
             )
+
+    def _needs_input(self, state: State) -> bool:
+        """A plain module (not ``forward(batch)``) whose BatchNorm statistics will be recomputed."""
+        return bool(self._has_batchnorm and self.batchnorm_batches and not callable(getattr(state.model, "loss", None)))
 
     # --- BatchNorm statistics at x -----------------------------------------------------------
     def _remember(self, state: State) -> None:
         if self.batchnorm_batches and self._has_batchnorm and state.batch is not None and not state.evaluating:
+            if self._needs_input(state) and not self._recent:
+                self._check_input(state.batch)
             self._recent = [*self._recent, state.batch][-self.batchnorm_batches:]
+
+    def _check_input(self, batch: Any) -> None:
+        try:
+            found = get_batch_item(batch, self.input_key)
+        except (KeyError, IndexError, TypeError, ValueError, RuntimeError):
+            found = None
+        if not isinstance(found, torch.Tensor):
+            kind = type(batch).__name__ + (f" with keys {sorted(batch)}" if isinstance(batch, dict) else "")
+            raise ValueError(
+                f"ScheduleFree recomputes BatchNorm statistics at the averaged weights by running the model's forward on "
+                f"recent training inputs, but found no input tensor at input_key={self.input_key!r} in the batch (a "
+                f"{kind}). Declare where it is on your module: batch_keys = {{'input_key': ...}} (or pass "
+                "ScheduleFree(input_key=...)), or use ScheduleFree(batchnorm_batches=0) to keep the statistics "
+                "gathered in training."
+            )
 
     def _recompute_batchnorm(self, state: State) -> None:
         """x's statistics in the model: a plain average over the recent training batches (training then goes on from them)."""
@@ -303,13 +333,25 @@ class ScheduleFree(Algorithm):
                 module.reset_running_stats()
                 module.momentum = None
             state.model.train()
+            plain = self._needs_input(state)
             with torch.no_grad():
                 for batch in self._recent:
-                    state.model(_on(batch, state.device))
+                    batch = _on(batch, state.device)
+                    state.model(get_batch_item(batch, self.input_key) if plain else batch)
         finally:
             for module, momentum in zip(norms, momenta, strict=True):
                 module.momentum = momentum
             state.model.train(was_training)
+
+
+def _defines_forward(model: torch.nn.Module) -> bool:
+    """Does the module's class (below Lightning's and torch's base classes) define ``forward``?"""
+    for cls in type(model).__mro__:
+        if cls.__name__ in ("LightningModule", "Module") or cls.__module__.startswith(("lightning.", "pytorch_lightning.")):
+            return False
+        if "forward" in cls.__dict__:
+            return True
+    return False
 
 
 def _batchnorms(model: torch.nn.Module) -> list[torch.nn.Module]:
