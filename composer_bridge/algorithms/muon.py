@@ -13,11 +13,12 @@ Examples:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, MutableMapping
+from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from typing import Any
 
 import torch
 
+from composer_bridge.algorithms._muon_variants import MuonVariants
 from composer_bridge.algorithms._sharding import is_dtensor
 from composer_bridge.core import torch_versions
 from composer_bridge.core.algorithm import Algorithm, check_owners, declaring
@@ -282,8 +283,24 @@ def apply_muon(model: torch.nn.Module, optimizer: torch.optim.Optimizer, **muon_
         group["params"] = [p for p in group["params"] if id(p) not in moving]
     views = [_MatrixView(p, layout) for _, p, layout in matrices if layout != "linear"]
     stand_in = {id(v.weight): v.matrix for v in views}
-    muon = torch.optim.Muon([stand_in.get(id(p), p) for p in chosen], **muon_kwargs)  # type: ignore[attr-defined]
+    muon = muon_optimizer([stand_in.get(id(p), p) for p in chosen], **muon_kwargs)
     return MuonSplit(optimizer, muon, views)
+
+
+#: The options of Muon's variants (:mod:`composer_bridge.algorithms._muon_variants`), off by default.
+VARIANT_DEFAULTS = {"normuon": False, "normuon_beta2": 0.95, "cautious_weight_decay": False}
+
+
+def muon_optimizer(params: list[torch.Tensor], **kwargs: Any) -> torch.optim.Optimizer:
+    """``torch.optim.Muon`` itself, or :class:`MuonVariants` where a variant is asked for (Polar Express
+    coefficients or another sequence of them, NorMuon, cautious weight decay)."""
+    variants = {k: kwargs.pop(k) for k in list(kwargs) if k in VARIANT_DEFAULTS}
+    coefficients = kwargs.get("ns_coefficients", (3.4445, -4.775, 2.0315))
+    plain = (not isinstance(coefficients, str) and len(coefficients) == 3
+             and all(isinstance(c, (int, float)) for c in coefficients))
+    if plain and not any(variants.get(k, v) != v for k, v in VARIANT_DEFAULTS.items()):
+        return torch.optim.Muon(params, **kwargs)  # type: ignore[attr-defined]
+    return MuonVariants(params, **kwargs, **variants)
 
 
 class Muon(Algorithm):
@@ -301,11 +318,15 @@ class Muon(Algorithm):
 
     Args: ``torch.optim.Muon``'s, with its names and defaults (torch 2.9-2.13): ``lr=1e-3``,
     ``weight_decay=0.1``, ``momentum=0.95``, ``nesterov=True``, ``ns_coefficients=(3.4445, -4.775, 2.0315)``,
-    ``eps=1e-7``, ``ns_steps=5``, ``adjust_lr_fn=None`` (``"original"`` or ``"match_rms_adamw"``).
+    ``eps=1e-7``, ``ns_steps=5``, ``adjust_lr_fn=None`` (``"original"`` or ``"match_rms_adamw"``); then
+    the speedrun's variants, each off by default (:mod:`composer_bridge.algorithms._muon_variants`):
+    ``ns_coefficients="polar_express"`` (or one triple per iteration), ``normuon=True`` (with
+    ``normuon_beta2=0.95``), ``cautious_weight_decay=True``. With none of them the optimizer is
+    ``torch.optim.Muon`` itself.
 
     Examples:
         >>> Muon(lr=0.02)
-        Muon(lr=0.02, weight_decay=0.1, momentum=0.95, nesterov=True, ns_coefficients=(3.4445, -4.775, 2.0315), eps=1e-07, ns_steps=5, adjust_lr_fn=None)
+        Muon(lr=0.02, weight_decay=0.1, momentum=0.95, nesterov=True, ns_coefficients=(3.4445, -4.775, 2.0315), eps=1e-07, ns_steps=5, adjust_lr_fn=None, normuon=False, normuon_beta2=0.95, cautious_weight_decay=False)
     """
 
     unique = True
@@ -317,10 +338,13 @@ class Muon(Algorithm):
         weight_decay: float = 0.1,
         momentum: float = 0.95,
         nesterov: bool = True,
-        ns_coefficients: tuple[float, float, float] = (3.4445, -4.775, 2.0315),
+        ns_coefficients: tuple[float, float, float] | Sequence[tuple[float, float, float]] | str = (3.4445, -4.775, 2.0315),
         eps: float = 1e-7,
         ns_steps: int = 5,
         adjust_lr_fn: str | None = None,
+        normuon: bool = False,
+        normuon_beta2: float = 0.95,
+        cautious_weight_decay: bool = False,
     ) -> None:
         self.lr = lr
         self.weight_decay = weight_decay
@@ -330,6 +354,12 @@ class Muon(Algorithm):
         self.eps = eps
         self.ns_steps = ns_steps
         self.adjust_lr_fn = adjust_lr_fn
+        self.normuon = normuon
+        self.normuon_beta2 = normuon_beta2
+        self.cautious_weight_decay = cautious_weight_decay
+        for name, flag in (("normuon", normuon), ("cautious_weight_decay", cautious_weight_decay)):
+            if not isinstance(flag, bool):
+                raise ValueError(f"Muon({name}={flag!r}): must be True or False.")
         for name, value, low, high in (("lr", lr, 0.0, None), ("weight_decay", weight_decay, 0.0, None),
                                        ("momentum", momentum, 0.0, 1.0)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < low or (high and value >= high):
@@ -339,7 +369,7 @@ class Muon(Algorithm):
             raise ValueError(f"Muon(ns_steps={ns_steps!r}): must be an int >= 1 (Newton-Schulz iterations), e.g. 5.")
         if hasattr(torch.optim, "Muon"):  # let torch check the rest of its own arguments now, not at setup
             try:
-                torch.optim.Muon([torch.nn.Parameter(torch.zeros(2, 2))], **self.hparams())
+                muon_optimizer([torch.nn.Parameter(torch.zeros(2, 2))], **self.hparams())
             except (ValueError, TypeError) as error:
                 raise ValueError(f"{self!r}: {error}") from None
 

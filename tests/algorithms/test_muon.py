@@ -131,9 +131,10 @@ def test_the_checkpoint_holds_both_states_and_a_resumed_run_ends_equal(tmp_path:
 def test_muon_takes_torchs_argument_names_and_defaults() -> None:
     ours = inspect.signature(Muon.__init__).parameters
     torchs = inspect.signature(torch.optim.Muon.__init__).parameters
-    assert [n for n in ours if n != "self"] == [n for n in torchs if n not in ("self", "params")]
-    assert {n: p.default for n, p in ours.items() if n != "self"} == {
-        n: p.default for n, p in torchs.items() if n not in ("self", "params")}
+    theirs = [n for n in torchs if n not in ("self", "params")]
+    # torch's arguments first, in its order and with its defaults; then the variants' options, off by default
+    assert [n for n in ours if n != "self"] == [*theirs, "normuon", "normuon_beta2", "cautious_weight_decay"]
+    assert {n: ours[n].default for n in theirs} == {n: torchs[n].default for n in theirs}
     with pytest.raises(ValueError, match=r"Muon\(lr=-1\)"):
         Muon(lr=-1)
 
