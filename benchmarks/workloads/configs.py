@@ -4,6 +4,8 @@
 * every default candidate of the recipe search alone (:data:`composer_bridge.search.DEFAULT_CANDIDATES`:
   the published recipes' algorithms with their published arguments, and the newer methods), where it
   applies to the model and its batches (:func:`composer_bridge.search.candidates.applicability`);
+* Muon's speedrun variants where Muon applies (:data:`MUON_VARIANTS`: Polar Express, NorMuon, cautious
+  weight decay, alone and together, at the default candidate's ``lr=0.02``);
 * every published recipe (:mod:`composer_bridge.recipes`) that applies whole, named ``recipe:<name>``;
 * ``search``: the recipe search's pick, added once the search has run (:mod:`run_workloads`).
 
@@ -22,7 +24,16 @@ from composer_bridge.search import DEFAULT_CANDIDATES, Candidate
 from composer_bridge.search.candidates import applicability
 from composer_bridge.search.checks import Probe, published_starting_recipes
 
-__all__ = ["as_spec", "configurations"]
+__all__ = ["MUON_VARIANTS", "as_spec", "configurations"]
+
+#: Muon's variants, each alone and all together, measured where Muon applies.
+MUON_VARIANTS = {
+    "Muon+PolarExpress": Candidate("Muon", {"lr": 0.02, "ns_coefficients": "polar_express"}),
+    "Muon+NorMuon": Candidate("Muon", {"lr": 0.02, "normuon": True}),
+    "Muon+CautiousWD": Candidate("Muon", {"lr": 0.02, "cautious_weight_decay": True}),
+    "Muon+all three": Candidate("Muon", {"lr": 0.02, "ns_coefficients": "polar_express", "normuon": True,
+                                         "cautious_weight_decay": True}),
+}
 
 
 def as_spec(candidates: Sequence[Candidate]) -> tuple[tuple[str, dict[str, Any]], ...]:
@@ -47,6 +58,8 @@ def configurations(workload: Any, lr: float, total_steps: int) -> tuple[dict[str
                 configs[candidate.label] = as_spec([candidate])
             else:
                 left_out[candidate.label] = why
+        if "Muon" in configs:
+            configs.update({name: as_spec([candidate]) for name, candidate in MUON_VARIANTS.items()})
         recipes, recipe_reasons = published_starting_recipes(Probe(module, batch, [workload.monitor]), total_steps)
     for name, recipe in recipes.items():
         configs[f"recipe:{name}"] = as_spec(recipe)

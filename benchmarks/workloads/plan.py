@@ -46,12 +46,14 @@ class Settings:
     configs: tuple[str, ...] | None = None  #: only these configurations (names as in the tables)
     search: bool = True
     search_lengths: tuple[float, ...] = (0.25, 0.5, 1.0)  #: the search's run lengths, as fractions of B
+    #: the search's budget in its own baseline runs (every run length on one seed), timed from the tuning fits
+    search_budget_runs: float = 12.0
     search_kwargs: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
 
 
 @dataclass(frozen=True)
 class SearchSpec:
-    """The recipe search on one workload: its seeds, run lengths and learning rate."""
+    """The recipe search on one workload: its seeds, run lengths, learning rate and budget (training CPU seconds)."""
 
     workload: str
     lr: float
@@ -59,10 +61,12 @@ class SearchSpec:
     search_seeds: tuple[int, ...]
     confirm_seeds: tuple[int, ...]
     search_kwargs: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    budget_seconds: float | None = None
 
     @property
     def key(self) -> str:
-        return f"{self.workload}|search|{self.lr:g}|{list(self.run_lengths)}|{list(self.search_seeds)}"
+        budget = "" if self.budget_seconds is None else f"|{self.budget_seconds:.0f}s"
+        return f"{self.workload}|search|{self.lr:g}|{list(self.run_lengths)}|{list(self.search_seeds)}{budget}"
 
 
 class WorkloadPlan:
@@ -134,10 +138,18 @@ class WorkloadPlan:
         return [self.spec(config, candidates, seed, lr, self.run_steps, "heldout") for seed in self.settings.heldout_seeds]
 
     # --- phase 4: the search ----------------------------------------------------------------------
-    def search_spec(self, lr: float) -> SearchSpec:
+    def search_spec(self, lr: float, store: Store) -> SearchSpec:
+        """The search, its budget ``search_budget_runs`` of its baseline runs at the tuning fits' CPU time per step."""
         lengths = tuple(sorted({max(1, round(self.budget * f)) for f in self.settings.search_lengths}))
+        kwargs = dict(self.settings.search_kwargs)
+        budget = None
+        if "max_fits" not in kwargs:
+            per_step = statistics.median(store.get(s.key)["cpu_s"] / s.total_steps for s in self.tuning()
+                                         if s.lr == lr and store.get(s.key).get("cpu_s"))
+            budget = round(self.settings.search_budget_runs * sum(lengths) * per_step)
+            kwargs["max_train_seconds"] = float(budget)
         return SearchSpec(self.workload.name, lr, lengths, self.settings.target_seeds[:2],
-                          self.settings.target_seeds[2:3], dict(self.settings.search_kwargs))
+                          self.settings.target_seeds[2:3], kwargs, budget)
 
     def ready(self, store: Store) -> list[FitSpec | SearchSpec]:
         """Everything that can start now and has not finished."""
@@ -148,7 +160,7 @@ class WorkloadPlan:
         configs, _ = self.configurations(lr)
         wanted += [s for name, cands in configs.items() for s in self.heldout(name, cands, lr)]
         if self.settings.search and (self.settings.configs is None or "search" in self.settings.configs):
-            search = self.search_spec(lr)
+            search = self.search_spec(lr, store)
             record = store.get(search.key)
             if record is None:
                 wanted.append(search)

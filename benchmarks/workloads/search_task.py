@@ -34,7 +34,7 @@ def run_search(spec: SearchSpec, folder: Path) -> dict[str, Any]:
     record: dict[str, Any] = {
         "key": spec.key, "kind": "search", "workload": spec.workload, "lr": spec.lr,
         "run_lengths": list(spec.run_lengths), "search_seeds": list(spec.search_seeds),
-        "confirm_seeds": list(spec.confirm_seeds), "error": None}
+        "confirm_seeds": list(spec.confirm_seeds), "budget_seconds": spec.budget_seconds, "error": None}
     try:
         result = search_recipe(
             functools.partial(workload.make_module, lr=spec.lr), workload.make_data, monitor=workload.monitor,
