@@ -30,7 +30,7 @@ from composer_bridge.core.callback import Callback as EngineCallback
 from composer_bridge.core.engine import Engine
 from composer_bridge.core.event import Event
 from composer_bridge.core.logger import Logger
-from composer_bridge.core.passes import normalize_passes
+from composer_bridge.core.passes import AlgorithmPass, normalize_passes
 from composer_bridge.core.state import State
 from composer_bridge.lightning import _compat
 from composer_bridge.lightning.package import CALLBACK_BASES
@@ -99,7 +99,8 @@ class AlgorithmEngineCallback(*CALLBACK_BASES):  # type: ignore[misc]
         self,
         algorithms: Sequence[Algorithm] | Algorithm | None = None,
         callbacks: Sequence[EngineCallback] | EngineCallback | None = None,
-        algorithm_passes: Any = None,
+        algorithm_passes: AlgorithmPass | tuple[AlgorithmPass, int] | Sequence[AlgorithmPass | tuple[AlgorithmPass, int]]
+        | None = None,
         *,
         seed: int | None = None,
         add_missing_on_load: bool = False,
@@ -188,9 +189,10 @@ class AlgorithmEngineCallback(*CALLBACK_BASES):  # type: ignore[misc]
     def _run_settings(self) -> RunSettings:
         """What a new run uses of this callback (the algorithm list itself: a checkpoint may add to it)."""
         return RunSettings(
-            self.algorithms, self.engine_callbacks, self.algorithm_passes, self.seed, self.measure_cost,
-            self._trace_mode, self._trace_file, self._checkpoint, self.state_key, self._show_step_hooks,
-            self._reopen_epoch,
+            algorithms=self.algorithms, engine_callbacks=self.engine_callbacks, algorithm_passes=self.algorithm_passes,
+            seed=self.seed, measure_cost=self.measure_cost, trace_mode=self._trace_mode, trace_file=self._trace_file,
+            checkpoint=self._checkpoint, state_key=self.state_key, show_step_hooks=self._show_step_hooks,
+            reopen_epoch=self._reopen_epoch,
         )
 
     def _reopen_epoch(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

@@ -35,7 +35,7 @@ def _hooks_unchanged(listening: bool) -> None:
     """A run without a callback (a test, a doctest) has no hooks to show or hide."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunSettings:
     """The settings of one run, built by the callback when the run starts.
 
