@@ -9,6 +9,7 @@ from composer_bridge.algorithms.augmix import augmix_image
 from composer_bridge.algorithms.blurpool import apply_blurpool
 from composer_bridge.algorithms.channels_last import apply_channels_last
 from composer_bridge.algorithms.colout import colout_batch
+from composer_bridge.algorithms.compile import compile_submodules
 from composer_bridge.algorithms.cutmix import cutmix_batch
 from composer_bridge.algorithms.cutout import cutout_batch
 from composer_bridge.algorithms.ema import compute_ema
@@ -39,6 +40,7 @@ __all__: list[str] = [
     "apply_alibi",
     "apply_blurpool",
     "apply_channels_last",
+    "compile_submodules",
     "apply_factorization",
     "apply_gated_linear_units",
     "apply_ghost_batchnorm",

@@ -21,6 +21,7 @@ from composer_bridge.algorithms.blurpool import BlurPool
 from composer_bridge.algorithms.channels_last import ChannelsLast
 from composer_bridge.algorithms.colout import ColOut
 from composer_bridge.algorithms.colout import ColOutTransform as ColOutTransform
+from composer_bridge.algorithms.compile import Compile
 from composer_bridge.algorithms.cutmix import CutMix
 from composer_bridge.algorithms.cutout import CutOut
 from composer_bridge.algorithms.ema import EMA
@@ -57,6 +58,7 @@ __all__: list[str] = [
     "AugMix",
     "BlurPool",
     "ChannelsLast",
+    "Compile",
     "ColOut",
     "CutMix",
     "CutOut",

@@ -62,6 +62,9 @@ class Algorithm(ABC):
     runs_first: bool = False
     #: Runs last at every event (the default passes sort by it: the low-precision norms).
     runs_last: bool = False
+    #: Compiles the model (Compile): the default passes run it after every other algorithm, the
+    #: ``runs_last`` ones included, so it compiles the model every surgery has left.
+    compiles_model: bool = False
     #: At most one instance may be used in a run (the library's algorithms set it).
     unique: bool = False
 

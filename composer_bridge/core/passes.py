@@ -18,7 +18,9 @@ The default passes, in the order they run:
    *after* the reversal so that it stays first on ``AFTER_DATALOADER`` too (Composer runs the
    reversal last, which leaves it last there, after the augmentations it should precede).
 3. :func:`sort_low_precision_norms_last` — ``runs_last`` algorithms (LowPrecisionLayerNorm/GroupNorm) run last.
-4. :func:`warn_if_multiple_loss_interpolation` — warns when several algorithms mix the loss.
+4. :func:`sort_compile_last` — ``compiles_model`` algorithms (Compile) run after those: they compile what every
+   surgery has left.
+5. :func:`warn_if_multiple_loss_interpolation` — warns when several algorithms mix the loss.
 
 Examples:
     >>> from composer_bridge.core.event import Event
@@ -47,6 +49,7 @@ __all__ = [
     "loss_interpolation_conflict",
     "normalize_passes",
     "set_filo_order",
+    "sort_compile_last",
     "sort_low_precision_norms_last",
     "sort_selective_backprop_first",
     "sort_to_back",
@@ -112,6 +115,11 @@ def sort_low_precision_norms_last(algorithms: Sequence[Algorithm], event: Event)
     return _partition(algorithms, _runs_last, False)
 
 
+def sort_compile_last(algorithms: Sequence[Algorithm], event: Event) -> list[Algorithm]:
+    """Algorithms with ``compiles_model = True`` (Compile) run after all others, surgery included."""
+    return _partition(algorithms, lambda a: bool(getattr(a, "compiles_model", False)), False)
+
+
 def loss_interpolation_conflict(algorithms: Sequence[Any], joiner: str = " and ", where: str = "") -> str | None:
     """The sentence naming the algorithms that all interpolate the loss, or ``None`` when at most one does.
 
@@ -147,6 +155,7 @@ DEFAULT_PASSES: tuple[AlgorithmPass, ...] = (
     set_filo_order,
     sort_selective_backprop_first,
     sort_low_precision_norms_last,
+    sort_compile_last,
     warn_if_multiple_loss_interpolation,
 )
 

@@ -84,7 +84,8 @@ def _schedule_free() -> Any:
     return library.ScheduleFree(replace=True)  # the vision model's SGD(momentum=0.9) becomes SGDScheduleFree
 
 
-OVERRIDES.update({"Muon": (_muon, TOKENS), "ScheduleFree": (_schedule_free, VISION)})
+OVERRIDES.update({"Muon": (_muon, TOKENS), "ScheduleFree": (_schedule_free, VISION),
+                  "Compile": (lambda: library.Compile(backend="eager"), VISION)})
 
 
 def case(name: str) -> tuple[Any, tuple[Any, Any]]:
