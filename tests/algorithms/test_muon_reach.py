@@ -180,3 +180,44 @@ def test_gradient_clipping_sees_the_gradients_muon_steps() -> None:
     assert len(seen) == 2
 
 
+
+
+def plain_convnet() -> torch.nn.Sequential:
+    """The conv net without BatchNorm, whose statistics would differ between one process and two."""
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(1, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(8, 16, 3, padding=1), torch.nn.ReLU(),
+        torch.nn.Conv2d(16, 12, 1), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(12, 4))
+
+
+VARIANTS = {"ns_coefficients": "polar_express", "normuon": True, "cautious_weight_decay": True}
+
+DDP_SCRIPT = """
+import os, torch
+from helpers.support import ResumableLoader, image_dataset, quiet_trainer
+from composer_bridge import AlgorithmEngineCallback
+from composer_bridge.algorithms import Muon
+from algorithms.test_muon_reach import MUON, VARIANTS, UserModule, plain_convnet
+
+model = UserModule(plain_convnet)
+trainer = quiet_trainer(strategy="ddp", devices=2, max_steps=3, max_epochs=-1, use_distributed_sampler=False,
+                        callbacks=[AlgorithmEngineCallback([Muon(**MUON, **VARIANTS)])])
+rank = int(os.environ.get("LOCAL_RANK", 0))
+trainer.fit(model, ResumableLoader(image_dataset(n=64), batch_size=8, rank=rank, world_size=2))
+torch.save({k: v.detach() for k, v in model.named_parameters()}, f"rank{trainer.global_rank}.pt")
+"""
+
+
+@pytest.mark.timeout(300)
+def test_ddp_two_processes_train_flattened_filters_with_the_variants_as_one_process_does(tmp_path: Path) -> None:
+    from helpers.support import run_ddp_script
+
+    result = run_ddp_script(DDP_SCRIPT, tmp_path)
+    assert result.returncode == 0, result.stderr[-4000:]
+    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
+    assert_same_weights(ranks[0], ranks[1])
+    single = UserModule(plain_convnet)
+    quiet_trainer(max_steps=3, max_epochs=-1, callbacks=[AlgorithmEngineCallback([Muon(**MUON, **VARIANTS)])]).fit(
+        single, image_loader(n=64, batch_size=16))  # each step's two half-batches together
+    for name, value in single.named_parameters():
+        torch.testing.assert_close(ranks[0][name], value.detach(), rtol=0, atol=1e-5)
