@@ -118,9 +118,10 @@ class RayPool:
 
 
 def _priority(task: FitSpec | SearchSpec) -> tuple[int, int]:
-    """Tuning first, then the targets, the searches, the baselines, then the rest (a killed run has the basics)."""
+    """Tuning first, then the targets, the baselines, the other configurations, then the searches (each takes many
+    fits' time), so a run stopped early has every configuration but the search's pick."""
     if isinstance(task, SearchSpec):
-        return (2, 0)
+        return (4, 0)
     order = {"tune": 0, "target": 1}.get(task.phase, 3)
     return (order, 0 if task.config == "baseline" else 1)
 
