@@ -17,6 +17,7 @@ in steps. Scores: AlgoPerf's performance profiles and their area up to 4x (:mod:
     python benchmarks/run_workloads.py --configs baseline MixUp         # some configurations
     python benchmarks/run_workloads.py --no-search --executor local     # without the search, one fit at a time
     python benchmarks/run_workloads.py --dry-run --out /tmp/workloads   # the whole pipeline at toy budgets
+    python benchmarks/run_workloads.py --report-only --publish          # the tables from the finished fits
 
 Every finished fit is appended to ``<out>/fits.jsonl``: run it again with the same ``--out`` and it
 trains only what is missing. Writes ``<out>/results.json`` (the shape in docs/benchmarks.md),
@@ -189,18 +190,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--dry-run", action="store_true", help="a few steps per fit: the pipeline, not a result")
     parser.add_argument("--publish", action="store_true", help=f"copy the results to {PUBLISHED_JSON.name} and the docs")
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--report-only", action="store_true", help="write the results of the finished fits; train nothing")
     args = parser.parse_args(argv)
     settings = settings_from(args)
     names = args.workloads or list(workloads.NAMES)
     skipped = {n: why for n in names if (why := workloads.available(n))}
     plans = [WorkloadPlan(workloads.load(n), settings) for n in names if n not in skipped]
     store = Store(Path(args.out))
-    pool = RayPool(args.workers) if args.executor == "ray" else LocalPool()
     started = time.perf_counter()
-    try:
-        run(plans, store, pool, progress=not args.no_progress)
-    finally:
-        pool.close()
+    if not args.report_only:
+        pool = RayPool(args.workers) if args.executor == "ray" else LocalPool()
+        try:
+            run(plans, store, pool, progress=not args.no_progress)
+        finally:
+            pool.close()
     results = report.assemble(plans, store)
     results["skipped"] = skipped
     results["settings"] = {"dry_run": args.dry_run, "executor": args.executor, "workers": args.workers,
@@ -208,7 +211,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     results["machine"] = machine()
     out = Path(args.out)
     (out / "results.json").write_text(json.dumps(results, indent=1))
-    (out / "table.md").write_text(report.markdown(results) + "\n")
+    (out / "table.md").write_text(report.workload_table(results) + "\n\n" + report.markdown(results) + "\n")
     report.plot(results, out / "profiles.png")
     if args.publish:
         PUBLISHED_JSON.parent.mkdir(parents=True, exist_ok=True)

@@ -78,7 +78,7 @@ def make_data(seed: int) -> tuple[DataLoader, DataLoader]:
 
 WORKLOAD = Workload(
     name="char_gpt",
-    description="composer_bridge GPT (d 64, 2 layers) on stdlib source, 64 chars, batch 8; val/loss (nats/char)",
+    description="composer_bridge GPT (d 64, 2 layers) on stdlib source, 64 chars, batch 8",
     make_module=make_module,
     make_data=make_data,
     monitor="val/loss",

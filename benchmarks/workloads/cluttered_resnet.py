@@ -64,7 +64,7 @@ def make_data(seed: int) -> tuple[Any, Any]:
 
 WORKLOAD = Workload(
     name="cluttered_resnet",
-    description="ResNet (16, 32) on 16x16 cluttered digits, validation accuracy",
+    description="ResNet (16, 32) on 16x16 cluttered digits",
     make_module=make_module, make_data=make_data, monitor="val/acc", mode="max",
     budget_steps=300, lr_grid=(1e-3, 3e-3, 1e-2),
 )

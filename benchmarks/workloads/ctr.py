@@ -157,7 +157,7 @@ def make_data(seed: int) -> tuple[DataLoader, DataLoader]:
 
 WORKLOAD = Workload(
     name="ctr",
-    description="DLRM-small (8 embedding tables dim 16, bottom+top MLP) on synthetic CTR rows; val/loss (BCE)",
+    description="DLRM-small (8 embedding tables dim 16, bottom+top MLP) on synthetic CTR rows",
     make_module=make_module,
     make_data=make_data,
     monitor="val/loss",

@@ -197,7 +197,7 @@ def make_data(seed: int) -> tuple[DataLoader, DataLoader]:
 
 WORKLOAD = Workload(
     name="graph_mpnn",
-    description="3-layer MPNN (plain torch, dim 64) on generated graphs, 4-class motif count; val/acc",
+    description="3-layer MPNN (plain torch, dim 64) on generated graphs, 4-class motif count",
     make_module=make_module,
     make_data=make_data,
     monitor="val/acc",

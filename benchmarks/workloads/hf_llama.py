@@ -79,7 +79,7 @@ def make_data(seed: int) -> tuple[DataLoader, DataLoader]:
 
 WORKLOAD = Workload(
     name="hf_llama",
-    description="HF LlamaForCausalLM (hidden 64, 2 layers) on stdlib source, 64 chars, batch 8; val/loss (nats/char)",
+    description="HF LlamaForCausalLM (hidden 64, 2 layers) on stdlib source, 64 chars, batch 8",
     make_module=make_module,
     make_data=make_data,
     monitor="val/loss",

@@ -20,7 +20,7 @@ from workloads import scores
 from workloads.plan import WorkloadPlan
 from workloads.store import Store
 
-__all__ = ["assemble", "cell", "markdown", "plot"]
+__all__ = ["assemble", "cell", "markdown", "plot", "workload_table"]
 
 
 def _seed_times(plan: WorkloadPlan, store: Store, config: str, candidates: tuple, lr: float, target: float,
@@ -124,8 +124,25 @@ def markdown(results: dict[str, Any]) -> str:
         cells = []
         for w in workloads:
             row = results["workloads"][w]["configs"].get(name)
-            cells.append("n/a" if row is None else cell(row["speedup"]))
+            if row is None:
+                cells.append("n/a")
+            elif not row.get("complete", True):
+                cells.append(f"pending ({len(row['seeds'])}/{len(results['workloads'][w]['heldout_seeds'])})")
+            else:
+                cells.append(cell(row["speedup"]))
         lines.append(f"| {name} | {results['scores'][name]:.3f} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def workload_table(results: dict[str, Any]) -> str:
+    """One row per workload: what it trains, its metric, budget, learning rates tried and frozen, and the target."""
+    lines = ["| workload | model and data | metric | B (steps) | learning rates tried → frozen | target |",
+             "|---|---|---|---|---|---|"]
+    for name, entry in results["workloads"].items():
+        tried = ", ".join(f"{lr}" for lr in entry["tuning"])
+        arrow = "≥" if entry["mode"] == "max" else "≤"
+        lines.append(f"| {name} | {entry['description']} | {entry['monitor']} | {entry['budget_steps']} | "
+                     f"{tried} → {entry['lr']:g} | {arrow} {entry['target']:.4g} |")
     return "\n".join(lines)
 
 

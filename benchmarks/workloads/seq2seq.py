@@ -171,7 +171,7 @@ def make_data(seed: int) -> tuple[DataLoader, DataLoader]:
 
 WORKLOAD = Workload(
     name="seq2seq",
-    description="nn.Transformer encoder-decoder (d 64, 2+2 layers) on synthetic phrase-reordering translation; val/acc",
+    description="nn.Transformer encoder-decoder (d 64, 2+2 layers) on synthetic phrase-reordering translation",
     make_module=make_module,
     make_data=make_data,
     monitor="val/acc",

@@ -139,7 +139,7 @@ def make_data(seed: int) -> tuple[DataLoader, DataLoader]:
 
 WORKLOAD = Workload(
     name="signal_cnn",
-    description="1-D CNN (4 Conv1d+BN blocks) on 6-class noisy generated waveforms, length 128; val/acc",
+    description="1-D CNN (4 Conv1d+BN blocks) on 6-class noisy generated waveforms, length 128",
     make_module=make_module,
     make_data=make_data,
     monitor="val/acc",

@@ -176,7 +176,7 @@ def make_data(seed: int) -> tuple[DataLoader, DataLoader]:
 
 WORKLOAD = Workload(
     name="vit",
-    description="ViT (4x4 patches, dim 64, depth 4) on cluttered 16x16 digits; val/acc",
+    description="ViT (4x4 patches, dim 64, depth 4) on cluttered 16x16 digits, pixel noise 0.1",
     make_module=make_module,
     make_data=make_data,
     monitor="val/acc",
