@@ -57,10 +57,23 @@ def test_recipes_page_overrides_run() -> None:
     if not hasattr(algorithms, "EMA"):
         pytest.skip("the mild recipe names EMA, not in composer_bridge.algorithms yet")
 
+    results = {}
     for line in _python_blocks("recipes.md")[1].splitlines():
         code = line.split("#")[0].strip()
         if code:
-            eval(code, {"recipes": recipes, "MyResizing": ProgressiveResizing})  # noqa: S307
+            results[code] = eval(code, {"recipes": recipes, "MyResizing": ProgressiveResizing})  # noqa: S307
+    assert len(results) == 5
+
+    def find(recipe: list, name: str) -> object:
+        return next((a for a in recipe if type(a).__name__ == name), None)
+
+    plain = recipes.vision("mild")
+    smoothing, ema, blur, mix, resizing = results.values()
+    assert find(smoothing, "LabelSmoothing").smoothing == 0.1          # the number set the main hyper-parameter
+    assert find(ema, "EMA").half_life == "0.05dur"                     # the dict updated the arguments
+    assert find(blur, "BlurPool") is None and find(plain, "BlurPool") is not None   # None dropped it
+    assert find(mix, "MixUp") is not None and find(plain, "MixUp") is None          # an algorithm added
+    assert isinstance(find(resizing, "ProgressiveResizing"), ProgressiveResizing)
 
 
 def test_getting_started_gives_the_readme_commands() -> None:
