@@ -47,6 +47,9 @@ REFUSED = ["ChannelsLast"]
 #: not launched here: Muon refuses sharded matrices at fit start (tests/algorithms/test_muon.py); ScheduleFree and
 #: WarmupStableDecay act on the optimizer only (its modes, its learning rate) and are not run under FSDP2 yet
 OPTIMIZER_OWNERS = ["Muon", "ScheduleFree", "WarmupStableDecay"]
+#: not launched here either: Compile (torch.compile in place before the strategy shards the model) is not run under
+#: FSDP2 yet (docs/algorithms/compile.md says so)
+NOT_RUN_YET = ["Compile"]
 
 
 # --- the launched runs ------------------------------------------------------------------------------
@@ -120,7 +123,7 @@ def test_the_cases_cover_every_algorithm_of_the_library() -> None:
 
     names = {n for n in library.__all__ if isinstance(getattr(library, n), type)
              and issubclass(getattr(library, n), Algorithm) and not getattr(library, n).__abstractmethods__}
-    covered = {*SURGERY, *BATCH_AND_LOSS, *SEQUENCE, *AUGMENTATION, *REFUSED, *OPTIMIZER_OWNERS}
+    covered = {*SURGERY, *BATCH_AND_LOSS, *SEQUENCE, *AUGMENTATION, *REFUSED, *OPTIMIZER_OWNERS, *NOT_RUN_YET}
     covered |= {case.split("-")[0] for case in WEIGHTS}
     assert names == covered, sorted(names ^ covered)
 
