@@ -42,6 +42,7 @@ class Workload:
         budget_steps: the reference budget B, in optimizer steps: the baseline is near its plateau there.
         lr_grid: AdamW learning rates tried on the tuning seeds.
         requires: modules the workload imports (``"transformers"``); left out with a note when missing.
+        family: ``"language"`` for the language models (Muon's single variants are measured there only).
     """
 
     name: str
@@ -53,6 +54,7 @@ class Workload:
     budget_steps: int
     lr_grid: tuple[float, ...]
     requires: tuple[str, ...] = field(default_factory=tuple)
+    family: str = "other"
 
     def better(self, a: float, b: float) -> bool:
         """Is quality ``a`` at least as good as ``b``?"""

@@ -4,8 +4,8 @@
 * every default candidate of the recipe search alone (:data:`composer_bridge.search.DEFAULT_CANDIDATES`:
   the published recipes' algorithms with their published arguments, and the newer methods), where it
   applies to the model and its batches (:func:`composer_bridge.search.candidates.applicability`);
-* Muon's speedrun variants where Muon applies (:data:`MUON_VARIANTS`: Polar Express, NorMuon, cautious
-  weight decay, alone and together, at the default candidate's ``lr=0.02``);
+* Muon's speedrun variants (:data:`MUON_VARIANTS`: Polar Express, NorMuon, cautious weight decay, at the
+  default candidate's ``lr=0.02``): all three together wherever Muon applies, each alone on the language models;
 * every published recipe (:mod:`composer_bridge.recipes`) that applies whole, named ``recipe:<name>``;
 * ``search``: the recipe search's pick, added once the search has run (:mod:`run_workloads`).
 
@@ -58,8 +58,9 @@ def configurations(workload: Any, lr: float, total_steps: int) -> tuple[dict[str
                 configs[candidate.label] = as_spec([candidate])
             else:
                 left_out[candidate.label] = why
-        if "Muon" in configs:
-            configs.update({name: as_spec([candidate]) for name, candidate in MUON_VARIANTS.items()})
+        if "Muon" in configs:  # all three variants wherever Muon applies; each alone on the language models
+            configs.update({name: as_spec([candidate]) for name, candidate in MUON_VARIANTS.items()
+                            if name == "Muon+all three" or workload.family == "language"})
         recipes, recipe_reasons = published_starting_recipes(Probe(module, batch, [workload.monitor]), total_steps)
     for name, recipe in recipes.items():
         configs[f"recipe:{name}"] = as_spec(recipe)

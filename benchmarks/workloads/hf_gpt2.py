@@ -86,4 +86,5 @@ WORKLOAD = Workload(
     budget_steps=700,
     lr_grid=(1e-3, 3e-3, 1e-2),
     requires=("transformers",),
+    family="language",
 )

@@ -87,4 +87,5 @@ WORKLOAD = Workload(
     budget_steps=800,
     lr_grid=(6e-4, 1.7e-3, 5e-3),
     requires=("transformers",),
+    family="language",
 )
