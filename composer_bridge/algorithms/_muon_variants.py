@@ -89,7 +89,11 @@ def _adjusted_lr(lr: float, adjust_lr_fn: str | None, shape: torch.Size) -> floa
     return lr * 0.2 * math.sqrt(max(rows, cols))  # "match_rms_adamw"
 
 
-class MuonVariants(torch.optim.Muon):  # type: ignore[misc,name-defined]
+#: torch.optim.Muon where torch has it (2.9 and later); before, Muon itself refuses at set-up, naming the version.
+_MUON_BASE: type = getattr(torch.optim, "Muon", torch.optim.Optimizer)
+
+
+class MuonVariants(_MUON_BASE):  # type: ignore[misc,valid-type]
     """``torch.optim.Muon`` with Polar Express coefficients, NorMuon and cautious weight decay as options.
 
     With none of them it computes what ``torch.optim.Muon`` computes (tested bit for bit).
