@@ -69,8 +69,12 @@ def resolve_coefficients(ns_coefficients: Any, ns_steps: int) -> tuple[list[tupl
 
 
 def orthogonalise(update: torch.Tensor, coefficients: Sequence[tuple[float, float, float]], eps: float,
-                  norm_factor: float = 1.0) -> torch.Tensor:
-    """The Newton-Schulz iterations of ``torch.optim.Muon`` (bfloat16, the wide orientation), one triple per iteration."""
+                  norm_factor: float = 1.0, use_addmm: bool = True) -> torch.Tensor:
+    """The Newton-Schulz iterations of ``torch.optim.Muon`` (bfloat16, the wide orientation), one triple per iteration.
+
+    ``use_addmm``: group the products as ``torch.addmm`` (torch 2.9-2.13 always do; later releases have
+    a ``use_addmm`` option), else as ``a X + (b A + c A^2) X``; the same maths, rounded differently.
+    """
     x = update.bfloat16()
     tall = update.size(0) > update.size(1)
     if tall:
@@ -78,7 +82,10 @@ def orthogonalise(update: torch.Tensor, coefficients: Sequence[tuple[float, floa
     x = x / (x.norm() * norm_factor).clamp(min=eps) if norm_factor != 1.0 else x.div_(x.norm().clamp(min=eps))
     for a, b, c in coefficients:
         gram = x @ x.T
-        x = torch.addmm(x, torch.addmm(gram, gram, gram, beta=b, alpha=c), x, beta=a)
+        if use_addmm:
+            x = torch.addmm(x, torch.addmm(gram, gram, gram, beta=b, alpha=c), x, beta=a)
+        else:
+            x = a * x + (b * gram + c * gram @ gram) @ x
     return x.T if tall else x
 
 
@@ -137,7 +144,8 @@ class MuonVariants(_MUON_BASE):  # type: ignore[misc,valid-type]
                 buffer = state["momentum_buffer"]
                 buffer.lerp_(grad, 1 - momentum)
                 update = grad.lerp(buffer, momentum) if group["nesterov"] else buffer
-                update = orthogonalise(update, group["ns_coefficients"], group["eps"], group["ns_norm_factor"])
+                update = orthogonalise(update, group["ns_coefficients"], group["eps"], group["ns_norm_factor"],
+                                       group.get("use_addmm", True))
                 if group["normuon"]:
                     update = self._normalise_neurons(update, state, group)
                 adjusted = _adjusted_lr(lr, group["adjust_lr_fn"], param.shape)

@@ -26,9 +26,13 @@ def newton_schulz(g: torch.Tensor, triples: list[tuple[float, float, float]], no
     tall = x.shape[0] > x.shape[1]
     x = x.T if tall else x
     x = x / (x.norm() * norm_factor).clamp(min=1e-7)
+    addmm = torch.optim.Muon([torch.nn.Parameter(torch.zeros(2, 2))]).defaults.get("use_addmm", True)  # as torch groups them
     for a, b, c in triples:
         gram = x @ x.T
-        x = torch.addmm(x, torch.addmm(gram, gram, gram, beta=b, alpha=c), x, beta=a)  # aX + (bA + cA^2)X
+        if addmm:
+            x = torch.addmm(x, torch.addmm(gram, gram, gram, beta=b, alpha=c), x, beta=a)  # aX + (bA + cA^2)X
+        else:
+            x = a * x + (b * gram + c * gram @ gram) @ x
     return x.T if tall else x
 
 
