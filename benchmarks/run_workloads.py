@@ -174,7 +174,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
                                                                                  "clipping_threshold": 1.0})],
                                        "starting_recipes": {},
                                        "max_fits": 12})
-    return Settings(configs=tuple(args.configs) if args.configs else None, search=not args.no_search)
+    return Settings(configs=tuple(args.configs) if args.configs else None, search=not args.no_search,
+                    search_workloads=tuple(args.search_on) if args.search_on else None)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -184,6 +185,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--configs", nargs="+", default=None, metavar="CONFIG",
                         help="only these configurations (baseline, an algorithm's name, recipe:mild, search)")
     parser.add_argument("--no-search", action="store_true", help="leave the recipe search out")
+    parser.add_argument("--search-on", nargs="+", default=None, metavar="NAME", help="the search on these workloads only")
     parser.add_argument("--executor", choices=("ray", "local"), default="ray")
     parser.add_argument("--workers", type=int, default=2, help="with --executor ray: tasks at once, one CPU each")
     parser.add_argument("--out", default="outputs/workloads")

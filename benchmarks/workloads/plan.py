@@ -45,6 +45,7 @@ class Settings:
     lr_grid_size: int | None = None  #: the first n learning rates of each grid only (the dry run)
     configs: tuple[str, ...] | None = None  #: only these configurations (names as in the tables)
     search: bool = True
+    search_workloads: tuple[str, ...] | None = None  #: the search on these workloads only (``None``: every one)
     search_lengths: tuple[float, ...] = (0.25, 0.5, 1.0)  #: the search's run lengths, as fractions of B
     #: the search's budget in its own baseline runs (every run length on one seed), timed from the tuning fits
     search_budget_runs: float = 12.0
@@ -151,6 +152,12 @@ class WorkloadPlan:
         return SearchSpec(self.workload.name, lr, lengths, self.settings.target_seeds[:2],
                           self.settings.target_seeds[2:3], kwargs, budget)
 
+    @property
+    def searched(self) -> bool:
+        """Does the recipe search run on this workload?"""
+        chosen = self.settings.search_workloads
+        return self.settings.search and (chosen is None or self.workload.name in chosen)
+
     def ready(self, store: Store) -> list[FitSpec | SearchSpec]:
         """Everything that can start now and has not finished."""
         lr, _ = self.tuned_lr(store)
@@ -159,7 +166,7 @@ class WorkloadPlan:
         wanted: list[FitSpec | SearchSpec] = [s for s in self.targets(lr) if self.key(s) not in store]
         configs, _ = self.configurations(lr)
         wanted += [s for name, cands in configs.items() for s in self.heldout(name, cands, lr)]
-        if self.settings.search and (self.settings.configs is None or "search" in self.settings.configs):
+        if self.searched and (self.settings.configs is None or "search" in self.settings.configs):
             search = self.search_spec(lr, store)
             record = store.get(search.key)
             if record is None:

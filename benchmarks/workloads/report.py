@@ -52,7 +52,7 @@ def assemble(plans: list[WorkloadPlan], store: Store) -> dict[str, Any]:
             continue
         target, cap = fixed
         configs, left_out = plan.configurations(lr)
-        search = store.get(plan.search_spec(lr, store).key) if plan.settings.search else None
+        search = store.get(plan.search_spec(lr, store).key) if plan.searched else None
         named = dict(configs)
         if search is not None and search.get("recipe") is not None:
             named["search"] = tuple((n, k) for n, k in search["recipe"])
