@@ -128,6 +128,10 @@ def markdown(results: dict[str, Any]) -> str:
                 cells.append("n/a")
             elif not row.get("complete", True):
                 cells.append(f"pending ({len(row['seeds'])}/{len(results['workloads'][w]['heldout_seeds'])})")
+            elif row["speedup"]["mean"] is None and row["speedup"]["reached"]:  # it reached the target, the baseline did not
+                base = results["workloads"][w]["configs"]["baseline"]["speedup"]
+                cells.append(f"reached {row['speedup']['reached']}/{row['speedup']['seeds']}, baseline "
+                             f"{base['reached']}/{base['seeds']}")
             else:
                 cells.append(cell(row["speedup"]))
         lines.append(f"| {name} | {results['scores'][name]:.3f} | " + " | ".join(cells) + " |")
