@@ -102,7 +102,9 @@ def _scores(workloads: dict[str, Any]) -> dict[str, Any]:
     times = {n: t for n, t in times.items() if t}
     rat = scores.ratios(times)
     taus = [1 + 0.05 * i for i in range(61)]
+    scored = max((len(r) for r in rat.values()), default=0)
     return {"scores": {n: scores.score(r) for n, r in rat.items()},
+            "scored_workloads": {n: len(r) for n, r in rat.items()}, "all_workloads": scored,
             "profiles": {"tau": taus, "rho": {n: scores.profile(r, taus) for n, r in rat.items()}},
             "ratios": {n: {w: (None if math.isinf(v) else round(v, 4)) for w, v in r.items()} for n, r in rat.items()}}
 
@@ -118,7 +120,9 @@ def cell(speedup: dict[str, Any]) -> str:
 def markdown(results: dict[str, Any]) -> str:
     """The method x workload table of speed-ups in CPU time (mean ± sd over held-out seeds), with the scores."""
     workloads = list(results["workloads"])
-    names = sorted(results["scores"], key=lambda n: (-results["scores"][n], n))
+    complete = results.get("all_workloads", 0)
+    counts = results.get("scored_workloads", {})
+    names = sorted(results["scores"], key=lambda n: (counts.get(n, complete) < complete, -results["scores"][n], n))
     lines = ["| configuration | score | " + " | ".join(workloads) + " |", "|---|---|" + "---|" * len(workloads)]
     for name in names:
         cells = []
@@ -134,7 +138,9 @@ def markdown(results: dict[str, Any]) -> str:
                              f"{base['reached']}/{base['seeds']}")
             else:
                 cells.append(cell(row["speedup"]))
-        lines.append(f"| {name} | {results['scores'][name]:.3f} | " + " | ".join(cells) + " |")
+        partial = counts.get(name, complete) < complete
+        score = f"{results['scores'][name]:.3f}" + (f" (on {counts[name]} of {complete})" if partial else "")
+        lines.append(f"| {name} | {score} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -158,8 +164,10 @@ def plot(results: dict[str, Any], path: Any, top: int = 10) -> None:
     import matplotlib.pyplot as plt
 
     taus = results["profiles"]["tau"]
-    ranked = sorted(results["scores"], key=lambda n: -results["scores"][n])
-    shown = ranked[:top] + [n for n in ("baseline", "search") if n in results["scores"] and n not in ranked[:top]]
+    complete = results.get("all_workloads", 0)
+    ranked = sorted((n for n in results["scores"] if results.get("scored_workloads", {}).get(n, complete) == complete),
+                    key=lambda n: -results["scores"][n])
+    shown = ranked[:top] + [n for n in ("baseline", "search") if n in ranked and n not in ranked[:top]]
     fig, ax = plt.subplots(figsize=(8, 5))
     for name in shown:
         style = "-" if name not in ("baseline", "search") else ("--" if name == "baseline" else ":")

@@ -57,12 +57,12 @@ def median_time(times: Sequence[float | None]) -> float:
 def ratios(times: Mapping[str, Mapping[str, float]]) -> dict[str, dict[str, float]]:
     """``{config: {workload: time / the fastest config's time on that workload}}`` (infinity for failures).
 
-    A workload no configuration reaches the target on is left out of every configuration's ratios.
+    Each configuration has ratios for the workloads it has a time on; a workload no configuration
+    reaches the target on is left out of every configuration's ratios.
     """
     workloads = sorted({w for per in times.values() for w in per})
     best = {w: min(per.get(w, math.inf) for per in times.values()) for w in workloads}
-    return {c: {w: (per.get(w, math.inf) / best[w]) for w in workloads if math.isfinite(best[w])}
-            for c, per in times.items()}
+    return {c: {w: t / best[w] for w, t in per.items() if math.isfinite(best[w])} for c, per in times.items()}
 
 
 def profile(config_ratios: Mapping[str, float], taus: Sequence[float]) -> list[float]:

@@ -90,6 +90,9 @@ def test_performance_profiles_and_the_score_follow_algoperf() -> None:
              "c": {"w1": 50.0, "w2": math.inf, "w3": math.inf}}
     r = scores.ratios(times)
     assert r["a"] == {"w1": 1.0, "w2": 3.0, "w3": math.inf} and r["b"] == {"w1": 2.0, "w2": 1.0, "w3": 1.0}
+    # a configuration measured on some workloads only has ratios there (not failures elsewhere)
+    assert scores.ratios({**times, "d": {"w1": 5.0}})["d"] == {"w1": 1.0} and scores.ratios(
+        {**times, "d": {"w2": 20.0}})["d"] == {"w2": 2.0}
     assert scores.profile(r["a"], [1.0, 2.9, 3.0, 100]) == [1 / 3, 1 / 3, 2 / 3, 2 / 3]
     # area from 1 to 4 of the step function, over 3: a = (3 + 1 + 0) / 9, b = (2 + 3 + 3) / 9, c (5x) = 0
     assert scores.score(r["a"]) == pytest.approx(4 / 9, abs=1e-6)
