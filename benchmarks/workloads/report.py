@@ -129,7 +129,7 @@ def markdown(results: dict[str, Any]) -> str:
         for w in workloads:
             row = results["workloads"][w]["configs"].get(name)
             if row is None:
-                cells.append("n/a")
+                cells.append("n/a" if name in results["workloads"][w]["not_applicable"] else "—")
             elif not row.get("complete", True):
                 cells.append(f"pending ({len(row['seeds'])}/{len(results['workloads'][w]['heldout_seeds'])})")
             elif row["speedup"]["mean"] is None and row["speedup"]["reached"]:  # it reached the target, the baseline did not
