@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from composer_bridge.algorithms._muon_variants import MuonVariants
+from composer_bridge.algorithms._muon_variants import MuonVariants, resolve_coefficients
 from composer_bridge.algorithms._sharding import is_dtensor
 from composer_bridge.core import torch_versions
 from composer_bridge.core.algorithm import Algorithm, check_owners, declaring
@@ -360,6 +360,9 @@ class Muon(Algorithm):
         for name, flag in (("normuon", normuon), ("cautious_weight_decay", cautious_weight_decay)):
             if not isinstance(flag, bool):
                 raise ValueError(f"Muon({name}={flag!r}): must be True or False.")
+        resolve_coefficients(ns_coefficients, ns_steps if isinstance(ns_steps, int) else 5)  # whatever torch this is
+        if isinstance(normuon_beta2, bool) or not isinstance(normuon_beta2, (int, float)) or not 0 <= normuon_beta2 < 1:
+            raise ValueError(f"Muon(normuon_beta2={normuon_beta2!r}): must be in [0, 1), e.g. 0.95.")
         for name, value, low, high in (("lr", lr, 0.0, None), ("weight_decay", weight_decay, 0.0, None),
                                        ("momentum", momentum, 0.0, 1.0)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < low or (high and value >= high):
