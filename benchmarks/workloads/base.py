@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["Workload", "adamw_warmup_cosine", "warmup_cosine"]
+__all__ = ["Workload", "adamw_warmup_cosine", "seeded_loaders", "warmup_cosine"]
 
 
 @dataclass(frozen=True)
@@ -93,3 +93,19 @@ def adamw_warmup_cosine(params: Iterable[Any], lr: float, total_steps: int, weig
     optimizer = torch.optim.AdamW([g for g in groups if g["params"]], lr=lr, betas=betas)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine(total_steps, warmup_fraction))
     return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+
+def seeded_loaders(train: Any, val: Any, batch_size: int, seed: int, val_batch_size: int = 512,
+                   collate_fn: Callable[..., Any] | None = None) -> tuple[Any, Any]:
+    """``(train, val)`` loaders: the training batches shuffled by a generator seeded with ``seed`` (whole batches
+    only), the validation set in order. The data sets are the same for every seed.
+
+    Examples:
+        >>> data = torch.utils.data.TensorDataset(torch.arange(10.0))
+        >>> train, val = seeded_loaders(data, data, batch_size=4, seed=0)
+        >>> len(train), len(val)
+        (2, 1)
+    """
+    train_loader = torch.utils.data.DataLoader(train, batch_size=batch_size, shuffle=True, drop_last=True,
+                                               collate_fn=collate_fn, generator=torch.Generator().manual_seed(seed))
+    return train_loader, torch.utils.data.DataLoader(val, batch_size=val_batch_size, collate_fn=collate_fn)

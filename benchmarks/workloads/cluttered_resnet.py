@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from composer_bridge.data import cluttered_digits_datasets
 from composer_bridge.models import ResNetCNN
-from workloads.base import Workload, adamw_warmup_cosine
+from workloads.base import Workload, adamw_warmup_cosine, seeded_loaders
 
 
 class ClutteredResNet(L.LightningModule):
@@ -56,10 +56,7 @@ def make_module(total_steps: int, lr: float) -> ClutteredResNet:
 
 
 def make_data(seed: int) -> tuple[Any, Any]:
-    train, val = _datasets()
-    return (torch.utils.data.DataLoader(train, batch_size=64, shuffle=True, drop_last=True,
-                                        generator=torch.Generator().manual_seed(seed)),
-            torch.utils.data.DataLoader(val, batch_size=512))
+    return seeded_loaders(*_datasets(), batch_size=64, seed=seed)
 
 
 WORKLOAD = Workload(

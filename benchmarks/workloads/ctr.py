@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from workloads.base import Workload, adamw_warmup_cosine
+from workloads.base import Workload, adamw_warmup_cosine, seeded_loaders
 
 BATCH_SIZE = 64
 NUM_DENSE = 13
@@ -149,10 +149,7 @@ def make_module(total_steps: int, lr: float) -> CTRModule:
 
 
 def make_data(seed: int) -> tuple[DataLoader, DataLoader]:
-    train, val = _datasets()
-    train_loader = DataLoader(train, batch_size=BATCH_SIZE, shuffle=True, drop_last=True,
-                              generator=torch.Generator().manual_seed(seed))
-    return train_loader, DataLoader(val, batch_size=512, shuffle=False)
+    return seeded_loaders(*_datasets(), batch_size=BATCH_SIZE, seed=seed)
 
 
 WORKLOAD = Workload(

@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from workloads.base import Workload, adamw_warmup_cosine
+from workloads.base import Workload, adamw_warmup_cosine, seeded_loaders
 
 BATCH_SIZE = 64
 N_TRAIN, N_VAL = 4000, 1000
@@ -189,10 +189,7 @@ def make_module(total_steps: int, lr: float) -> GraphModule:
 
 
 def make_data(seed: int) -> tuple[DataLoader, DataLoader]:
-    train, val = _datasets()
-    train_loader = DataLoader(train, batch_size=BATCH_SIZE, shuffle=True, drop_last=True, collate_fn=collate_graphs,
-                              generator=torch.Generator().manual_seed(seed))
-    return train_loader, DataLoader(val, batch_size=500, shuffle=False, collate_fn=collate_graphs)
+    return seeded_loaders(*_datasets(), batch_size=BATCH_SIZE, seed=seed, val_batch_size=500, collate_fn=collate_graphs)
 
 
 WORKLOAD = Workload(
