@@ -169,7 +169,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
     if args.dry_run:
         return Settings(tuning_seeds=(0,), target_seeds=(10, 11, 12), heldout_seeds=(1000, 1001), budget_scale=0.0,
                         evals_per_budget=2, lr_grid_size=2, configs=tuple(args.configs) if args.configs else None,
-                        search=not args.no_search, search_lengths=(0.5, 1.0),
+                        search=not args.no_search, search_lengths=(1.0, 2.0, 4.0),
                         search_kwargs={"candidates": [Candidate("GradientClipping", {"clipping_type": "norm",
                                                                                  "clipping_threshold": 1.0})],
                                        "starting_recipes": {},

@@ -7,8 +7,9 @@
    median of their best validation metrics, and the time cap 4/3 of their median training time.
 3. **held-out**: every configuration (:mod:`workloads.configs`) on the held-out seeds, for 4/3 of B
    steps (the schedule scaled to that length), validated every ``eval_every`` steps.
-4. **search**: the recipe search on the target seeds (decides on two, confirms on a third); its pick
-   then trains on the held-out seeds like any configuration.
+4. **search**: the recipe search on the target seeds (decides on two, checks a step's best on a third,
+   confirms on the other two and one more), and the same search on a proxy (a quarter of every run length,
+   confirmed at full size); each pick then trains on the held-out seeds like any configuration.
 
 Nothing of a later phase starts before the phase it depends on has finished; what has finished is
 read from the :class:`~workloads.store.Store`, so a killed run resumes where it stopped.
@@ -48,7 +49,9 @@ class Settings:
     search_workloads: tuple[str, ...] | None = None  #: the search on these workloads only (``None``: every one)
     search_lengths: tuple[float, ...] = (0.25, 0.5, 1.0)  #: the search's run lengths, as fractions of B
     #: the search's budget in its own baseline runs (every run length on one seed), timed from the tuning fits
-    search_budget_runs: float = 12.0
+    search_budget_runs: float = 5.0
+    #: the proxy search: the same search at this fraction of every run length, confirmed at full size (None: none)
+    proxy_fraction: float | None = 0.25
     search_kwargs: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
 
 
@@ -63,11 +66,21 @@ class SearchSpec:
     confirm_seeds: tuple[int, ...]
     search_kwargs: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
     budget_seconds: float | None = None
+    finalist_seeds: tuple[int, ...] = ()
+    proxy_fraction: float | None = None  #: search at this fraction of the run lengths, confirm at full size
+
+    @property
+    def name(self) -> str:
+        """The configuration its pick trains as on the held-out seeds: ``search`` or ``search:proxy``."""
+        return "search" if self.proxy_fraction is None else "search:proxy"
 
     @property
     def key(self) -> str:
         budget = "" if self.budget_seconds is None else f"|{self.budget_seconds:.0f}s"
-        return f"{self.workload}|search|{self.lr:g}|{list(self.run_lengths)}|{list(self.search_seeds)}{budget}"
+        extra = f"|finalists {list(self.finalist_seeds)}|confirm {list(self.confirm_seeds)}" if self.finalist_seeds else ""
+        proxy = "" if self.proxy_fraction is None else f"|proxy {self.proxy_fraction:g}"
+        return (f"{self.workload}|search|{self.lr:g}|{list(self.run_lengths)}|{list(self.search_seeds)}{budget}"
+                f"{extra}{proxy}")
 
 
 class WorkloadPlan:
@@ -139,18 +152,31 @@ class WorkloadPlan:
         return [self.spec(config, candidates, seed, lr, self.run_steps, "heldout") for seed in self.settings.heldout_seeds]
 
     # --- phase 4: the search ----------------------------------------------------------------------
-    def search_spec(self, lr: float, store: Store) -> SearchSpec:
-        """The search, its budget ``search_budget_runs`` of its baseline runs at the tuning fits' CPU time per step."""
+    def search_spec(self, lr: float, store: Store, proxy: bool = False) -> SearchSpec:
+        """The search, its budget ``search_budget_runs`` of its baseline runs at the tuning fits' CPU time per step.
+
+        It decides on the first two target seeds, takes a step's best only after a third (its finalist seed),
+        and confirms on the last two target seeds and one more (13, 14, 15), so that its estimate's interval is
+        for a mean over three unseen seeds, as the held-out rows are. The proxy search runs the same search at
+        ``proxy_fraction`` of every run length (its budget scaled alike) and confirms on one full-size seed."""
         lengths = tuple(sorted({max(1, round(self.budget * f)) for f in self.settings.search_lengths}))
         kwargs = dict(self.settings.search_kwargs)
+        fraction = self.settings.proxy_fraction if proxy else None
         budget = None
         if "max_fits" not in kwargs:
             per_step = statistics.median(store.get(s.key)["cpu_s"] / s.total_steps for s in self.tuning()
                                          if s.lr == lr and store.get(s.key).get("cpu_s"))
-            budget = round(self.settings.search_budget_runs * sum(lengths) * per_step)
+            budget = round(self.settings.search_budget_runs * sum(lengths) * per_step * (fraction or 1.0))
             kwargs["max_train_seconds"] = float(budget)
-        return SearchSpec(self.workload.name, lr, lengths, self.settings.target_seeds[:2],
-                          self.settings.target_seeds[2:3], kwargs, budget)
+        target = self.settings.target_seeds
+        confirm = (*target[3:], max(target) + 1)[: 1 if proxy else None]
+        return SearchSpec(self.workload.name, lr, lengths, target[:2], tuple(confirm), kwargs, budget,
+                          finalist_seeds=target[2:3], proxy_fraction=fraction)
+
+    def search_specs(self, lr: float, store: Store) -> list[SearchSpec]:
+        """The full-size search, and the proxy search when ``proxy_fraction`` is set."""
+        proxies = (False, True) if self.settings.proxy_fraction else (False,)
+        return [self.search_spec(lr, store, proxy) for proxy in proxies]
 
     @property
     def searched(self) -> bool:
@@ -167,11 +193,11 @@ class WorkloadPlan:
         configs, _ = self.configurations(lr)
         wanted += [s for name, cands in configs.items() for s in self.heldout(name, cands, lr)]
         if self.searched and (self.settings.configs is None or "search" in self.settings.configs):
-            search = self.search_spec(lr, store)
-            record = store.get(search.key)
-            if record is None:
-                wanted.append(search)
-            elif record.get("recipe") is not None:  # a search that failed has no pick (its error is reported)
-                pick = tuple((name, kwargs) for name, kwargs in record["recipe"])
-                wanted += self.heldout("search", pick, lr)
+            for search in self.search_specs(lr, store):
+                record = store.get(search.key)
+                if record is None:
+                    wanted.append(search)
+                elif record.get("recipe") is not None:  # a search that failed has no pick (its error is reported)
+                    pick = tuple((name, kwargs) for name, kwargs in record["recipe"])
+                    wanted += self.heldout(search.name, pick, lr)
         return [s for s in wanted if isinstance(s, SearchSpec) or self.key(s) not in store]

@@ -20,7 +20,7 @@ from workloads import scores
 from workloads.plan import WorkloadPlan
 from workloads.store import Store
 
-__all__ = ["assemble", "cell", "markdown", "plot", "workload_table"]
+__all__ = ["assemble", "cell", "heldout_mean", "markdown", "plot", "search_table", "workload_table"]
 
 
 def _seed_times(plan: WorkloadPlan, store: Store, config: str, candidates: tuple, lr: float, target: float,
@@ -52,10 +52,11 @@ def assemble(plans: list[WorkloadPlan], store: Store) -> dict[str, Any]:
             continue
         target, cap = fixed
         configs, left_out = plan.configurations(lr)
-        search = store.get(plan.search_spec(lr, store).key) if plan.searched else None
+        searches = {spec.name: store.get(spec.key) for spec in plan.search_specs(lr, store)} if plan.searched else {}
         named = dict(configs)
-        if search is not None and search.get("recipe") is not None:
-            named["search"] = tuple((n, k) for n, k in search["recipe"])
+        for name, search in searches.items():
+            if search is not None and search.get("recipe") is not None:
+                named[name] = tuple((n, k) for n, k in search["recipe"])
         entry: dict[str, Any] = {
             "description": plan.workload.description, "monitor": plan.workload.monitor, "mode": plan.workload.mode,
             "target": target, "target_seeds": list(plan.settings.target_seeds),
@@ -79,8 +80,9 @@ def assemble(plans: list[WorkloadPlan], store: Store) -> dict[str, Any]:
                                                    {s: v["steps"] for s, v in seeds.items()})
             row["median_seconds"] = scores.median_time([v["seconds"] for v in seeds.values()])
             entry["configs"][name] = row
-        if search is not None:
-            entry["search"] = {k: v for k, v in search.items() if k not in ("key",)}
+        for name, search in searches.items():
+            if search is not None:
+                entry[name.replace(":", "_")] = {k: v for k, v in search.items() if k not in ("key",)}
         out["workloads"][plan.workload.name] = entry
     out.update(_scores(out["workloads"]))
     return out
@@ -141,6 +143,52 @@ def markdown(results: dict[str, Any]) -> str:
         partial = counts.get(name, complete) < complete
         score = f"{results['scores'][name]:.3f}" + (f" (on {counts[name]} of {complete})" if partial else "")
         lines.append(f"| {name} | {score} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def heldout_mean(row: dict[str, Any] | None) -> float | None:
+    """A configuration's mean speed-up over the held-out seeds with a seed that misses the target as 0x (as the
+    search counts it), ``None`` when it has not trained on every held-out seed.
+
+    Examples:
+        >>> heldout_mean({"speedup": {"per_seed": {"1000": 1.5, "1001": None, "1002": 1.2}}})
+        0.9
+    """
+    if row is None or not row.get("complete", True):
+        return None
+    values = list(row["speedup"]["per_seed"].values())
+    return round(sum(v or 0.0 for v in values) / len(values), 6) if values else None
+
+
+def search_table(results: dict[str, Any]) -> str:
+    """Per workload: the search's pick, its estimate for unseen seeds with the interval, the held-out speed-up
+    (is it inside?), the cost, and the proxy search's pick, cost in full-size runs and held-out speed-up."""
+    lines = ["| workload | search's pick | estimate [90 % interval] | held-out (0x on a miss) | inside | cost (baseline runs) "
+             "| proxy's pick | same pick | proxy cost (full-size runs) | proxy pick held-out |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, entry in results["workloads"].items():
+        full, proxy = entry.get("search"), entry.get("search_proxy")
+        if full is None:
+            continue
+        if full.get("error"):
+            lines.append(f"| {name} | error: {full['error'][:80]} |" + " — |" * 8)
+            continue
+        pick = " + ".join(full.get("labels") or []) or "baseline"
+        est = full.get("estimate")
+        held = heldout_mean(entry["configs"].get("search")) if full.get("labels") else None
+        est_text = f"{est['mean']:.2f}x [{est['low']:.2f}, {est['high']:.2f}]" if est else "— (baseline)"
+        inside = "—" if est is None or held is None else ("yes" if est["low"] <= held <= est["high"] else "no")
+        cost = full["cost"].get("search_trained_in_baseline_runs") or full["cost"].get("search_in_baseline_runs")
+        row = [name, pick, est_text, "—" if held is None else f"{held:.2f}x", inside, f"{cost:.1f}"]
+        if proxy is not None and not proxy.get("error"):
+            ppick = " + ".join(proxy.get("labels") or []) or "baseline"
+            pheld = heldout_mean(entry["configs"].get("search:proxy")) if proxy.get("labels") else None
+            pcost = proxy["cost"].get("search_in_full_runs")
+            row += [ppick, "yes" if ppick == pick else "no", "—" if pcost is None else f"{pcost:.2f}",
+                    "—" if pheld is None else f"{pheld:.2f}x"]
+        else:
+            row += ["—" if proxy is None else f"error: {proxy['error'][:60]}", "—", "—", "—"]
+        lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
 
 

@@ -1,6 +1,8 @@
 """The recipe search on one workload, as the benchmark runs it: on the target seeds only, one fit at a time.
 
-The search decides on the first two target seeds and confirms on a third (never on a held-out seed),
+The search decides on the first two target seeds, checks a step's best on a third (its finalist seed) and
+confirms on three more (never on a held-out seed); the proxy search does the same at a fraction of every run
+length and confirms at full size on one seed,
 with its default candidates and the published recipes that apply as its starting recipes, timed in
 CPU seconds; its state lives in ``<out>/search_<workload>/`` so it resumes. Its pick then trains on
 the held-out seeds like every other configuration (:mod:`workloads.plan`).
@@ -27,20 +29,24 @@ __all__ = ["run_search"]
 def run_search(spec: SearchSpec, folder: Path) -> dict[str, Any]:
     """Run the search of ``spec``; return its record (the pick as ``(class name, kwargs)`` pairs, its cost)."""
     import workloads
-    from composer_bridge.search import search_recipe
+    from composer_bridge.search import Proxy, search_recipe
 
     workload = workloads.load(spec.workload)
     started = time.perf_counter()
     record: dict[str, Any] = {
         "key": spec.key, "kind": "search", "workload": spec.workload, "lr": spec.lr,
         "run_lengths": list(spec.run_lengths), "search_seeds": list(spec.search_seeds),
-        "confirm_seeds": list(spec.confirm_seeds), "budget_seconds": spec.budget_seconds, "error": None}
+        "confirm_seeds": list(spec.confirm_seeds), "finalist_seeds": list(spec.finalist_seeds),
+        "budget_seconds": spec.budget_seconds, "error": None}
+    proxy = Proxy.shorter(spec.run_lengths, spec.proxy_fraction) if spec.proxy_fraction else None
+    state = Path(folder) / (f"search_{spec.workload}" + ("_proxy" if proxy else ""))
     try:
         result = search_recipe(
             functools.partial(workload.make_module, lr=spec.lr), workload.make_data, monitor=workload.monitor,
             mode=workload.mode, run_lengths=list(spec.run_lengths), search_seeds=list(spec.search_seeds),
             confirm_seeds=list(spec.confirm_seeds), trainer_kwargs={"accelerator": "cpu", "devices": 1},
-            state_dir=Path(folder) / f"search_{spec.workload}", progress=False, **spec.search_kwargs)
+            state_dir=state, progress=False, proxy=proxy,
+            finalist_seeds=list(spec.finalist_seeds) if spec.finalist_seeds else None, **spec.search_kwargs)
     except Exception as error:  # noqa: BLE001 - the benchmark goes on without this search; its reason is kept
         return {**record, "recipe": None, "error": f"{type(error).__name__}: {error}"[:2000],
                 "wall_s": round(time.perf_counter() - started, 2)}
@@ -51,6 +57,11 @@ def run_search(spec: SearchSpec, folder: Path) -> dict[str, Any]:
         "labels": [c.label for c in result.recipe],
         "search_score": result.search_score,
         "confirmed_mean": None if confirmed is None else confirmed.mean,
+        "confirmed_per_seed": None if confirmed is None else list(confirmed.per_seed),
+        "estimate": None if result.estimate is None else result.estimate.as_dict(),
+        "runner_up": [c.label for c in result.runner_up],
+        "runner_up_confirmed": None if result.runner_up_confirmed is None else result.runner_up_confirmed.mean,
+        "proxy": None if proxy is None else {"fraction": spec.proxy_fraction, "run_lengths": list(proxy.run_lengths)},
         "cost": {k: v for k, v in result.cost.items() if isinstance(v, (int, float, str, type(None)))},
         "steps": list(result.steps), "wall_s": round(time.perf_counter() - started, 2),
     }

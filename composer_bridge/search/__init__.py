@@ -15,7 +15,9 @@ Examples:
 
 from composer_bridge.search.candidates import DEFAULT_CANDIDATES, Candidate, from_recipe, with_ladders
 from composer_bridge.search.errors import BudgetWarning, CandidateWarning, SearchInputError
+from composer_bridge.search.estimate import Estimate
 from composer_bridge.search.executor import Executor, InProcessExecutor
+from composer_bridge.search.proxy import Proxy
 from composer_bridge.search.ray_executor import RayExecutor
 from composer_bridge.search.results import CurveResult, SearchResult
 from composer_bridge.search.scoring import SpeedUp, strict_speedup, time_to_reach
@@ -23,6 +25,6 @@ from composer_bridge.search.search import search_recipe
 from composer_bridge.search.state import StaleStateError
 from composer_bridge.search.trial import FitRecord
 
-__all__ = ["DEFAULT_CANDIDATES", "BudgetWarning", "Candidate", "CandidateWarning", "CurveResult", "Executor", "FitRecord", "InProcessExecutor", "SearchInputError",
+__all__ = ["DEFAULT_CANDIDATES", "BudgetWarning", "Candidate", "CandidateWarning", "CurveResult", "Estimate", "Executor", "FitRecord", "InProcessExecutor", "Proxy", "SearchInputError",
            "SearchResult", "SpeedUp", "StaleStateError", "RayExecutor", "from_recipe", "search_recipe", "strict_speedup", "time_to_reach",
            "with_ladders"]

@@ -71,6 +71,58 @@ def check_seeds(search_seeds: Sequence[int], confirm_seeds: Sequence[int]) -> tu
     return search, confirm
 
 
+def check_finalist_seeds(finalist_seeds: Sequence[int] | None, search: Sequence[int],
+                         confirm: Sequence[int]) -> list[int]:
+    """The finalist seeds: ``None`` gives one, the first int after the search seeds used by neither list."""
+    if finalist_seeds is None:
+        seed = max(search) + 1
+        while seed in search or seed in confirm:
+            seed += 1
+        return [seed]
+    seeds = list(finalist_seeds)
+    if any(isinstance(s, bool) or not isinstance(s, int) for s in seeds) or len(set(seeds)) != len(seeds):
+        raise SearchInputError(f"finalist_seeds={finalist_seeds!r}: expected a list of distinct ints (or None for "
+                               "one, or [] for none).")
+    shared = sorted(set(seeds) & (set(search) | set(confirm)))
+    if shared:
+        raise SearchInputError(f"finalist_seeds={seeds!r} shares {shared} with the search or confirmation seeds: a "
+                               "finalist seed must be one no other decision or report uses. Use e.g. "
+                               f"finalist_seeds={[max([*search, *confirm]) + 1]}.")
+    return seeds
+
+
+def check_confidence(confidence: float) -> float:
+    """A confidence strictly between 0 and 1."""
+    if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0 <= confidence < 1:
+        raise SearchInputError(f"confidence={confidence!r}: expected a number from 0 up to (not including) 1, such as "
+                               "0.9: an addition joins the recipe only when the search is this sure it helps (0: "
+                               "whenever its mean is ahead, whatever the noise).")
+    return float(confidence)
+
+
+def check_proxy(proxy: Any) -> Any:
+    """A :class:`~composer_bridge.search.proxy.Proxy` (or ``None``) with valid run lengths and factories."""
+    from composer_bridge.search.proxy import Proxy
+
+    if proxy is None:
+        return None
+    if not isinstance(proxy, Proxy):
+        raise SearchInputError(f"proxy={proxy!r}: expected None or composer_bridge.search.Proxy(run_lengths=..., "
+                               "make_module=..., make_data=...), e.g. Proxy.shorter(run_lengths, 0.25).")
+    if proxy.run_lengths is not None:
+        try:
+            lengths = check_run_lengths(proxy.run_lengths)
+        except SearchInputError as error:
+            raise SearchInputError(f"proxy: {error}") from None
+        proxy = Proxy(tuple(lengths), proxy.make_module, proxy.make_data)
+    for name in ("make_module", "make_data"):
+        factory = getattr(proxy, name)
+        if factory is not None and not callable(factory):
+            raise SearchInputError(f"proxy.{name}={factory!r}: expected a function like {name} (or None to use "
+                                   f"{name} itself).")
+    return proxy
+
+
 def check_trainer_kwargs(trainer_kwargs: Mapping[str, Any] | None) -> dict[str, Any]:
     """The user's Trainer arguments, without those the search sets itself."""
     kwargs = dict(trainer_kwargs or {})

@@ -26,7 +26,11 @@ from typing import Any, Protocol
 
 from composer_bridge.search.candidates import Candidate
 
-__all__ = ["Executor", "FitOutcome", "FitTask", "InProcessExecutor", "device_count", "execute", "needs_own_launcher"]
+#: How a fit's error starts when the fit raised with candidates (not a worker that died): the candidates'
+#: failure on this model. The configuration then drops out of the search with that reason.
+RAISED = "raised "
+
+__all__ = ["RAISED", "Executor", "FitOutcome", "FitTask", "InProcessExecutor", "device_count", "execute", "needs_own_launcher"]
 
 
 @dataclass
@@ -128,10 +132,18 @@ def execute(task: FitTask) -> FitOutcome:
         return run_in_child(task)
     from composer_bridge.search.trial import run_fit
 
-    algorithms = [c.build(task.steps) for c in task.candidates]
     started = time.perf_counter()
-    quality, timer, module = run_fit(task.make_module, task.make_data, algorithms, task.steps, task.seed,
-                                     task.monitor, task.clock, task.trainer_kwargs)
+    try:
+        algorithms = [c.build(task.steps) for c in task.candidates]
+        quality, timer, module = run_fit(task.make_module, task.make_data, algorithms, task.steps, task.seed,
+                                         task.monitor, task.clock, task.trainer_kwargs)
+    except Exception as error:
+        if not task.candidates:
+            raise  # the user's own run fails without any candidate: a bug to fix, not a result
+        # with candidates, a fit that raises is those candidates' failure on this model: recorded, and the
+        # search goes on without them
+        reason = f"{RAISED}{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
+        return FitOutcome(float("nan"), 0.0, 0.0, 0.0, time.perf_counter() - started, error=reason[:500])
     return FitOutcome(quality, timer.seconds(task.clock), timer.cpu_s, timer.wall_s, time.perf_counter() - started,
                       processes=module.trainer.world_size)
 

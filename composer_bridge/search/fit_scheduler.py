@@ -109,7 +109,7 @@ class FitScheduler:
         if record is None:
             ticket = self._claim_early(config, seed, steps)
             if ticket is None:
-                ticket = self.executor.submit(self.settings.task(config, seed, steps))
+                ticket = self.executor.submit(self.settings.task(config, seed, steps, phase))
             while True:
                 done, outcome = self._wait()
                 if done == ticket:
@@ -142,8 +142,9 @@ class FitScheduler:
     def _check_first_fit(self, record: FitRecord) -> None:
         """After the first (shortest) baseline fit: is a time budget big enough to compare anything?"""
         s = self.settings
-        checks.check_time_budget(s.max_train_seconds, record, s.run_lengths, len(s.search_seeds), s.unit)
-        checks.warn_small_budget(s.max_train_seconds, record.seconds * sum(s.run_lengths) / s.run_lengths[0],
+        lengths = s.lengths("search")
+        checks.check_time_budget(s.max_train_seconds, record, lengths, len(s.search_seeds), s.unit)
+        checks.warn_small_budget(s.max_train_seconds, record.seconds * sum(lengths) / lengths[0],
                                  len(s.search_seeds), len(s.search_pool), s.unit)
 
     def _claim_early(self, config: Config, seed: int, steps: int) -> int | None:
@@ -199,27 +200,28 @@ class FitScheduler:
         curves: list[_Pending] = []
         for config, seed in wanted:
             if all(c.key != (config, seed) for c in curves):
-                curves.append(_Pending(config, seed, [None] * len(self.settings.run_lengths)))
+                curves.append(_Pending(config, seed, [None] * len(self.settings.lengths(phase))))
         flying: dict[int, tuple[_Pending, int]] = {}
         for c in curves:
             self._launch(c, curves, phase, flying, goal)
+        lengths = self.settings.lengths(phase)
         self._speculate(curves, phase, flying)
         while any(not c.done for c, _ in flying.values()):
             ticket, outcome = self._wait()
             c, i = flying.pop(ticket)
-            c.records[i] = self._record(c.config, c.seed, self.settings.run_lengths[i], phase, outcome)
+            c.records[i] = self._record(c.config, c.seed, lengths[i], phase, outcome)
             for d in curves:  # a finished curve may raise another's goal: each decides again
                 self._launch(d, curves, phase, flying, goal)
             self._speculate(curves, phase, flying)
         for ticket, (c, i) in flying.items():  # started ahead, no longer needed: kept when they come back
-            self._early[ticket] = (c.config, c.seed, self.settings.run_lengths[i], phase)
+            self._early[ticket] = (c.config, c.seed, lengths[i], phase)
 
     def _speculate(self, curves: list[_Pending], phase: str, flying: dict[int, tuple[_Pending, int]]) -> None:
         """With an executor that speculates: while a worker would wait, start the next run length of the
         first curve (in the search's order) whose shorter run is still training; then a fit needed later."""
         if not getattr(self.executor, "speculate", False):
             return
-        lengths, slots = self.settings.run_lengths, self.executor.slots()  # type: ignore[attr-defined]
+        lengths, slots = self.settings.lengths(phase), self.executor.slots()  # type: ignore[attr-defined]
         started = True
         while started and len(flying) + len(self._early) < slots:
             started = False
@@ -234,7 +236,7 @@ class FitScheduler:
                 if cached is not None:
                     c.records[ahead] = cached
                 elif phase == "confirm" or self._reachable(c, ahead, curves):
-                    flying[self.executor.submit(self.settings.task(c.config, c.seed, lengths[ahead]))] = (c, ahead)
+                    flying[self.executor.submit(self.settings.task(c.config, c.seed, lengths[ahead], phase))] = (c, ahead)
                     c.records[ahead] = _FLYING
                     started = True
         # then the fits certain to be read later (the confirmation's baselines), while workers are still free
@@ -242,13 +244,14 @@ class FitScheduler:
             config, seed, steps, later = self.needed_later.pop(0)
             if (config, seed, steps) not in self.cache and all(
                     (d.config, d.seed, lengths[i]) != (config, seed, steps) for d, i in flying.values()):
-                self._early[self.executor.submit(self.settings.task(config, seed, steps))] = (config, seed, steps, later)
+                self._early[self.executor.submit(self.settings.task(config, seed, steps, later))] = (config, seed, steps,
+                                                                                                     later)
 
     def _launch(self, c: _Pending, curves: list[_Pending], phase: str, flying: dict[int, tuple[_Pending, int]],
                 goal: Callable[[Config, int], CurveGoal]) -> None:
         """Start ``c``'s next fits: every length of a baseline curve; for a candidate, the next length
         once the shorter ones are in and leave its score open."""
-        lengths = self.settings.run_lengths
+        lengths = self.settings.lengths(phase)
         while not c.done:
             if c.config:  # a baseline curve trains every length; its goal comes from the baseline curve itself
                 n = c.prefix()
@@ -273,7 +276,7 @@ class FitScheduler:
                     c.done = True
                     return
                 else:
-                    flying[self.executor.submit(self.settings.task(c.config, c.seed, lengths[i]))] = (c, i)
+                    flying[self.executor.submit(self.settings.task(c.config, c.seed, lengths[i], phase))] = (c, i)
                     c.records[i] = _FLYING
             if not c.config or c.records[todo[0]] is _FLYING:
                 return
@@ -287,7 +290,7 @@ class FitScheduler:
             return False
         if max_seconds is not None:
             spent = self.spent() + sum(d.seconds() for d in (*before, c))
-            if spent + self._estimate(self.settings.run_lengths[index]) > max_seconds:
+            if spent + self._estimate(self.settings.lengths("search")[index]) > max_seconds:
                 return False
         return True
 

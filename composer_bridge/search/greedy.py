@@ -53,22 +53,56 @@ import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 
+from composer_bridge.search.estimate import Estimate, estimate, held_out, needed, probability_better
+from composer_bridge.search.executor import RAISED
 from composer_bridge.search.fit_scheduler import FitScheduler
 from composer_bridge.search.results import Config, CurveResult, config_name
 from composer_bridge.search.scoring import (
     CurveGoal,
     QualityWithin,
     SpeedUp,
+    best_quality,
     best_quality_within,
-    strict_speedup,
     summarise_speedups,
     time_to_reach,
 )
 from composer_bridge.search.settings import SearchSettings
 
-__all__ = ["GreedySearch", "mean_score"]
+__all__ = ["GreedySearch", "fixed_target", "mean_score"]
 
 Scores = dict[int, float | None]  # a configuration's strict speed-up per seed (None: never reached Q)
+
+
+def fixed_target(curves: Sequence[Sequence[tuple[float, float]]], higher: bool) -> tuple[float, float]:
+    """``(Q, T)`` from the baseline's curves on the seeds of a phase.
+
+    ``Q`` is the median of the baseline's best qualities (the worse of the two middle ones for an even
+    number of seeds, so that more than half of the seeds reach it: with two seeds, the worse one); ``T`` is
+    the median over the seeds of the baseline's time to ``Q``, a seed that never reaches it counting as
+    infinitely slow. A lucky or unlucky seed moves neither.
+
+    Examples:
+        >>> q, t = fixed_target([[(1, 0.5), (2, 0.8)], [(1, 0.6), (2, 0.7)]], higher=True)  # the worse of two bests
+        >>> q, round(t, 3)  # the mean of 1.667 (interpolated on the first curve) and 2
+        (0.7, 1.833)
+        >>> fixed_target([[(1, 0.5), (2, 0.8)], [(1, 0.6), (2, 0.7)], [(1, 0.2), (2, 0.3)]], higher=True)
+        (0.7, 2.0)
+    """
+    bests = sorted((best_quality(points, higher) for points in curves), reverse=higher)
+    q = bests[len(bests) // 2]
+    return q, median_time([time_to_reach(points, q, higher) for points in curves])
+
+
+def median_time(times: Sequence[float | None]) -> float:
+    """The median of times, ``None`` (never reached) counting as infinitely slow.
+
+    Examples:
+        >>> median_time([3.0, None, 1.0]), median_time([2.0, 4.0])
+        (3.0, 3.0)
+    """
+    ordered = sorted(math.inf if t is None else t for t in times)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
 def mean_score(scores: Mapping[int, float | None], seeds: Sequence[int]) -> float:
@@ -95,6 +129,9 @@ class GreedySearch:
         self.steps: list[str] = []
         self.incumbent: Config = ()
         self.incumbent_scores: Scores = {s: 1.0 for s in settings.search_seeds}
+        self._targets: dict[str, tuple[float, float]] = {}
+        self.left_out: dict[str, str] = {}  # candidates that raised on this model, and why
+        self._finalists: dict[Config, Scores] = {}  # the last race's configurations still ahead after its last seed
 
     # --- steps 1 and 2: curves and their scores ----------------------------------------------------
 
@@ -104,7 +141,7 @@ class GreedySearch:
         if key not in self.curves:
             self._prefetch([key], phase)
             points = []
-            for steps in self.settings.run_lengths:
+            for steps in self.settings.lengths(phase):
                 record = self.fits.fit((), seed, steps, phase)
                 if not record.error:
                     points.append((record.seconds, record.quality))
@@ -115,11 +152,39 @@ class GreedySearch:
             self.curves[key] = CurveResult((), seed, phase, points, "baseline", 1.0)
         return self.curves[key]
 
+    def target(self, phase: str) -> tuple[float, float]:
+        """``(Q, T)`` of a phase, fixed once its baselines are in: every configuration on every seed of the phase
+        aims at this ``Q``; its speed-up on a seed is ``T`` over its own time to ``Q``.
+
+        ``Q`` is set once, by the baseline on the search seeds (:func:`fixed_target`), and the confirmation aims at
+        the same ``Q`` (with a proxy, whose runs differ from the full-size ones, the confirmation sets its own from
+        its baselines); ``T`` is the median over the phase's seeds of the baseline's time to ``Q``."""
+        if phase not in self._targets:
+            higher = self.settings.higher
+            curves = [self.baseline(seed, phase).points for seed in self.settings.seeds(phase)]
+            if phase == "search" or self.settings.proxy is not None:
+                self._targets[phase] = fixed_target(curves, higher)
+            else:
+                q = self.target("search")[0]
+                t_base = median_time([time_to_reach(points, q, higher) for points in curves])
+                if math.isinf(t_base):  # the baseline misses the search's target on most unseen seeds: at best it
+                    t_base = statistics.median(max(t for t, _ in points) for points in curves)  # got there at the end
+                self._targets[phase] = (q, t_base)
+        return self._targets[phase]
+
     def goal(self, seed: int, phase: str, beat: float = 1.0) -> CurveGoal:
-        """What a curve on ``seed`` races: the baseline's ``Q`` and time to it, and the speed-up it must beat
-        (the early stops in the search only)."""
-        return CurveGoal.of(self.baseline(seed, phase).points, self.settings.higher, search=phase == "search",
-                            beat=beat)
+        """What a curve on ``seed`` races: the phase's fixed ``Q`` and the baseline's mean time to it, and the
+        speed-up it must beat (the early stops in the search only)."""
+        q, t_base = self.target(phase)
+        # only the confirmation reads the baseline's training time on the curve's own seed (a finalist seed has none)
+        t_total = max(t for t, _ in self.baseline(seed, phase).points) if phase == "confirm" else t_base
+        return CurveGoal(q, t_base, t_total, self.settings.higher, search=phase == "search", beat=beat)
+
+    def speedup(self, points: list[tuple[float, float]], phase: str) -> float | None:
+        """The strict speed-up of a curve with these points: ``T`` over its time to the phase's ``Q``."""
+        q, t_base = self.target(phase)
+        reached = time_to_reach(points, q, self.settings.higher) if points else None
+        return round(t_base / reached, 6) if reached else None
 
     def curve(self, config: Config, seed: int, phase: str, beat: float = 1.0) -> CurveResult:
         """``config``'s curve on ``seed``, run lengths short to long until it is settled against ``beat``
@@ -137,11 +202,13 @@ class GreedySearch:
         read = self._read.setdefault(key, [])
         points = [(r.seconds, r.quality) for r in read if not r.error]
         settled = goal.settled(points) if points else None
-        for steps in self.settings.run_lengths[len(read):]:
+        for steps in self.settings.lengths(phase)[len(read):]:
             if settled is not None:
                 break
             record = self.fits.fit(config, seed, steps, phase)
             read.append(record)
+            if record.error and record.error.startswith(RAISED):  # the candidates raised: every length would
+                break
             if record.error:  # a fit that failed twice is no point of the curve; the next length may still be
                 continue
             points.append((record.seconds, record.quality))
@@ -149,8 +216,9 @@ class GreedySearch:
         status = settled or "never reached Q"
         if points and time_to_reach(points, goal.q, self.settings.higher) is not None:
             status = "reached Q"  # a confirmation curve goes on past Q, within the baseline's training time
-        base = self.baseline(seed, phase).points
-        speed = strict_speedup(base, points, self.settings.higher)[0] if status == "reached Q" else None
+        elif read and read[-1].error and read[-1].error.startswith(RAISED):
+            status = f"failed: {read[-1].error}"
+        speed = self.speedup(points, phase) if status == "reached Q" else None
         below = beat if status.startswith("stopped: cannot beat") else None
         self.curves[key] = CurveResult(config, seed, phase, points, status, speed, stopped_below=below)
         return self.curves[key]
@@ -178,8 +246,9 @@ class GreedySearch:
         while True:
             present = self.settings.algorithms_in(self.incumbent)  # a unique algorithm is not added twice
             pool = [self.settings.config((*self.incumbent, c)) for c in self.settings.search_pool if c not in
-                    self.incumbent and not (self.settings.candidate(c).algorithm in present
-                                            and self.settings.candidate(c).algorithm_class().unique)]
+                    self.incumbent and c not in self.left_out
+                    and not (self.settings.candidate(c).algorithm in present
+                             and self.settings.candidate(c).algorithm_class().unique)]
             if not pool and best_start is None:
                 self.steps.append("every candidate is in the recipe")
                 break
@@ -189,23 +258,165 @@ class GreedySearch:
             # the first step's singles race against the best starting recipe, when it beats the baseline
             best, results = self._race(pool, *((start[2], start[0]) if start else
                                                (self.incumbent_scores, config_name(self.incumbent))))
+            self._leave_out_failures(pool)
             best_mean = mean_score(results[best], seeds) if best is not None else 0.0
             if start is not None:
                 name, config, scores = start
-                if mean_score(scores, seeds) >= best_mean:
+                ok, how = self._screen(config, scores, len(self.settings.starting_recipes))
+                if mean_score(scores, seeds) >= best_mean and ok:
+                    ok, final, scores = self._finalist(config, scores)
+                    how = f"{how}; {final}" if final else how
+                if mean_score(scores, seeds) >= best_mean and ok:
                     self._accept(config, scores)
-                    self.steps.append(f"start from {name}: {config_name(config)} at {mean_score(scores, seeds):.2f}x")
+                    self.steps.append(f"start from {name}: {config_name(config)} at {mean_score(scores, seeds):.2f}x "
+                                      f"({how})")
                     continue
-            if best is None or best_mean <= bar * (1 + self.settings.min_gain):
-                tail = f"; best addition {config_name(best)} at {best_mean:.2f}x" if best else ""
+                if mean_score(scores, seeds) >= best_mean:
+                    self.steps.append(f"starting recipe {name} ({mean_score(scores, seeds):.2f}x) not taken: {how}")
+            ok, how = self._screen(best, results[best], len(pool)) if best else (False, "")
+            if ok and best_mean > bar * (1 + self.settings.min_gain):
+                ok, final, results[best] = self._finalist(best, results[best])
+                how = f"{how}; {final}" if final else how
+            if best is None or best_mean <= bar * (1 + self.settings.min_gain) or not ok:
+                tail = f"; best addition {config_name(best)} at {best_mean:.2f}x, {how}" if best else ""
                 self.steps.append(f"no addition beats {config_name(self.incumbent)} ({bar:.2f}x) by more than "
-                                  f"{100 * self.settings.min_gain:g} %{tail}: stop")
+                                  f"{100 * self.settings.min_gain:g} % at {100 * self.settings.confidence:g} % "
+                                  f"confidence{tail}: stop")
                 break
             newest = next(c for c in best if c not in self.incumbent)
             self._accept(best, results[best])
-            self.steps.append(f"add {newest}: {config_name(best)} at {best_mean:.2f}x")
+            self.steps.append(f"add {newest}: {config_name(best)} at {best_mean:.2f}x over {bar:.2f}x ({how})")
             self._remove_unhelpful(newest)
         return self.incumbent, self.incumbent_scores
+
+    # --- the noise: how sure each decision is, and the estimate for unseen seeds -------------------
+
+    def _leave_out_failures(self, configs: Sequence[Config]) -> None:
+        """Candidates whose curve raised (the candidates' failure on this model) are tried no more, with why."""
+        for config in configs:
+            for seed in self.settings.search_seeds:
+                curve = self.curves.get((config, seed))
+                if curve is None or not curve.status.startswith("failed: "):
+                    continue
+                newest = [c for c in config if c not in self.incumbent and c not in self.left_out]
+                for label in newest:
+                    self.left_out[label] = curve.status.removeprefix("failed: ")
+                    self.steps.append(f"{label} left out of the search: {config_name(config)} on seed {seed} "
+                                      f"{curve.status}")
+
+    def _bound(self, curve: CurveResult) -> float | None:
+        """A search curve's speed-up, or for a curve stopped early the most it could have scored
+        (``T`` over its last run's time); ``None`` for a curve that raised (it measures nothing)."""
+        if curve.speedup is not None:
+            return curve.speedup
+        if curve.status.startswith("failed: "):
+            return None
+        if curve.status.startswith("stopped") and curve.points:
+            return min(1e3, self.target("search")[1] / max(curve.points[-1][0], 1e-12))
+        return 0.0
+
+    def field(self) -> tuple[list[list[float]], list[list[float]]]:
+        """Every configuration's scores on the search seeds (stopped curves at their bound), and the
+        baseline's own per-seed ratios (``T`` over its time to ``Q``: pure seed-to-seed noise)."""
+        by_config: dict[Config, list[float]] = {}
+        noise: list[list[float]] = []
+        for (config, _seed), curve in self.curves.items():
+            if curve.phase != "search":
+                continue
+            if not config:
+                if curve.points:
+                    speed = self.speedup(curve.points, "search")
+                    if speed is not None:
+                        noise.append([speed])
+                continue
+            value = self._bound(curve)
+            if value is not None:
+                by_config.setdefault(config, []).append(value)
+        baseline = [v for group in noise for v in group]
+        return list(by_config.values()), ([baseline] if len(baseline) > 1 else [])
+
+    def sure(self, scores: Scores, against: Scores, config: Config | None = None) -> float:
+        """How sure the search is that the configuration scored ``scores`` truly beats the one scored
+        ``against`` (the baseline, at exactly 1x, or the current recipe): the seed-to-seed noise is pooled
+        from the two and from the baseline's own spread, all measured to the end on every search seed, so
+        the curves stopped early never change a decision."""
+        seeds = [s for s in scores if s in against]
+        _, noise = self.field()
+        others = [[v or 0.0 for v in r.values()] for c, r in self._finalists.items() if c != config]
+        return probability_better([scores[s] or 0.0 for s in seeds], [against[s] or 0.0 for s in seeds],
+                                  [*noise, *others])
+
+    def _sure_enough(self, config: Config, scores: Scores, against: Scores, contestants: int) -> tuple[bool, str]:
+        """Whether ``config``, the best of ``contestants``, is sure enough to be taken, and how sure, in words."""
+        if self.settings.confidence == 0:
+            return True, "no confidence asked"
+        sure, need = self.sure(scores, against, config), needed(self.settings.confidence, contestants)
+        among = f" as the best of {contestants}" if contestants > 1 else ""
+        return sure >= need, f"{100 * sure:.1f} % sure it is better; {100 * need:.1f} % needed{among}"
+
+    def _screen(self, config: Config, scores: Scores, contestants: int) -> tuple[bool, str]:
+        """The first look at a step's best configuration, on the search seeds it was chosen on.
+
+        With finalist seeds, it only has to look better than the current recipe at the chosen confidence: the
+        finalist seeds, which played no part in choosing it, then decide (:meth:`_finalist`). Without them, the
+        best of ``contestants`` must be sure enough for all of them at once (Bonferroni)."""
+        return self._sure_enough(config, scores, self.incumbent_scores,
+                                 1 if self.settings.finalist_seeds else contestants)
+
+    def _finalist(self, config: Config, scores: Scores) -> tuple[bool, str, Scores]:
+        """Before a step takes its best configuration: score it (and the current recipe) on the finalist seeds,
+        which played no part in choosing it, and take it only if it beats the current recipe there at the chosen
+        confidence (the seed-to-seed noise as measured on the search seeds). A lead that was luck rarely holds."""
+        extra = [s for s in self.settings.finalist_seeds if s not in scores]
+        if not extra:
+            return True, "", scores
+        wanted = [(config, s) for s in extra] + [(self.incumbent, s) for s in extra if self.incumbent]
+        self._prefetch(wanted, "search")
+        fresh = {s: self.curve(config, s, "search").speedup for s in extra}
+        against = {s: self.curve(self.incumbent, s, "search").speedup if self.incumbent else 1.0 for s in extra}
+        _, noise = self.field()
+        seeds = [s for s in scores if s in self.incumbent_scores]
+        measured = [[scores[s] or 0.0 for s in seeds], *noise,
+                    *([[self.incumbent_scores[s] or 0.0 for s in seeds]] if self.incumbent else []),
+                    *([v or 0.0 for v in r.values()] for c, r in self._finalists.items() if c != config)]
+        sure = (1.0 if self.settings.confidence == 0 else
+                probability_better([fresh[s] or 0.0 for s in extra], [against[s] or 0.0 for s in extra], measured,
+                                   fresh_only=True))
+        mean = statistics.fmean(v or 0.0 for v in fresh.values())
+        how = (f"on the finalist seed{'s' if len(extra) > 1 else ''} {extra}: {mean:.2f}x, {100 * sure:.1f} % sure "
+               f"it is better; {100 * self.settings.confidence:g} % needed")
+        return sure >= self.settings.confidence, how, {**scores, **fresh}
+
+    def runner_up(self) -> Config | None:
+        """The configuration with the best mean over every search seed (``None``: none was scored on all)."""
+        seeds = self.settings.search_seeds
+        scored = {}
+        for (config, _seed), _curve in self.curves.items():
+            if config and all((config, s) in self.curves and self.curves[(config, s)].phase == "search" for s in seeds):
+                scored[config] = statistics.fmean(self.curves[(config, s)].speedup or 0.0 for s in seeds)
+        return max(scored, key=lambda c: (scored[c], -len(c))) if scored else None
+
+    def estimate(self, config: Config, scores: Scores) -> Estimate | None:
+        """The pick's speed-up on unseen seeds, corrected for having been chosen (``None`` for the baseline).
+
+        With finalist seeds (the default), the pick's scores there are the estimate: they played no part in
+        choosing it (:func:`~composer_bridge.search.estimate.held_out`; a pick whose last change came from a
+        removal is scored there now). Without them, the search seeds' mean is shrunk towards the field of every
+        configuration tried (:func:`~composer_bridge.search.estimate.estimate`)."""
+        if not config:
+            return None
+        seeds, new = self.settings.search_seeds, len(self.settings.confirm_seeds)
+        raw = statistics.fmean(scores[s] or 0.0 for s in seeds if s in scores)
+        field, noise = self.field()
+        extra = self.settings.finalist_seeds
+        if extra:
+            fresh = {s: scores[s] if s in scores else self.curve(config, s, "search").speedup for s in extra}
+            own = [scores.get(s, fresh.get(s)) or 0.0 for s in (*seeds, *extra)]
+            others = [[v or 0.0 for v in r.values()] for c, r in self._finalists.items() if c != config]
+            return held_out([v or 0.0 for v in fresh.values()], raw, [own, *noise, *others], new,
+                            reference_seeds=len(seeds))
+        pick = [scores[s] or 0.0 for s in seeds if s in scores]
+        return estimate(pick, field or [pick], new_seeds=new, noise=noise)
 
     def _race_starting_recipes(self) -> tuple[str, Config, Scores] | None:
         """The best starting recipe, ``(name, config, scores on every search seed)`` (``None``: none).
@@ -257,14 +468,15 @@ class GreedySearch:
     def _known_speedup(self, config: Config, seed: int) -> float | None:
         """``config``'s speed-up on ``seed`` from the fits trained so far, if they already reach ``Q``."""
         points = []
-        for steps in self.settings.run_lengths:
+        for steps in self.settings.lengths("search"):
             record = self.fits.cache.get((config, seed, steps))
             if record is None:
                 return None
             if not record.error:
                 points.append((record.seconds, record.quality))
-                if time_to_reach(points, self.goal(seed, "search").q, self.settings.higher) is not None:
-                    return strict_speedup(self.baseline(seed, "search").points, points, self.settings.higher)[0]
+                speed = self.speedup(points, "search")
+                if speed is not None:
+                    return speed
         return None
 
     def _accept(self, config: Config, scores: Scores) -> None:
@@ -313,6 +525,9 @@ class GreedySearch:
             survivors = ahead
             if not survivors:
                 break
+        # the configurations still ahead after the last seed: measured in full on every seed (a curve stopped early
+        # is never ahead), so their spread informs the noise the same way whatever was stopped
+        self._finalists = {c: results[c] for c in survivors}
         return (survivors[0] if survivors else None), results
 
     # --- step 5: confirmation ----------------------------------------------------------------------

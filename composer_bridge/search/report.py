@@ -48,8 +48,10 @@ def summary(result: SearchResult) -> str:
                      f"search seed {result.settings['search_seeds']}; raise the budget and run again with the same "
                      "state to go on.")
     elif not result.recipe:
-        lines.append("No recipe beats the baseline: no candidate added to the baseline beat it on the search seeds "
-                     f"{result.settings['search_seeds']}.")
+        confidence = result.settings.get("confidence")
+        sure = f" with {100 * confidence:g} % confidence" if confidence else ""
+        lines.append("No recipe: no candidate added to the baseline beat it on the search seeds "
+                     f"{result.settings['search_seeds']}{sure}; use the baseline.")
     elif result.beats_baseline:
         lines.append(f"Recipe: {_name([c.label for c in result.recipe])}. Confirmed on seeds {seeds} (never seen by "
                      f"the search): strict speed-up {result.confirmed.text()}.")
@@ -57,6 +59,18 @@ def summary(result: SearchResult) -> str:
         lines.append(f"No recipe beats the baseline: the search's pick, {_name([c.label for c in result.recipe])} "
                      f"({result.search_score:.2f}x on the search seeds), gets {result.confirmed.text()} on the "
                      f"confirmation seeds {seeds}.")
+    if result.estimate is not None:
+        inside = ""
+        if result.confirmed is not None:
+            covered = result.estimate.low <= result.confirmed.mean <= result.estimate.high
+            inside = f"; the confirmed mean {result.confirmed.mean:.2f}x is {'inside' if covered else 'outside'} it"
+        lines.append(f"Estimate for unseen seeds, corrected for having been chosen: {result.estimate.text()}{inside}.")
+    if "proxy" in result.settings:
+        lines.append(f"Searched on a proxy ({result.settings['proxy']}), confirmed at full size "
+                     f"(run lengths {result.settings['run_lengths']}).")
+    if result.runner_up and result.runner_up_confirmed is not None:
+        lines.append(f"Best configuration tried, not taken: {_name([c.label for c in result.runner_up])}, "
+                     f"{result.runner_up_confirmed.text()} on the confirmation seeds.")
     for name, speed in result.also_confirmed.items():
         lines.append(f"{name}: {speed.text()} on the same confirmation seeds.")
     if result.quality_within_baseline_time:
@@ -70,6 +84,8 @@ def summary(result: SearchResult) -> str:
         + (f"and {cost['search_unread_fits']} fits trained ahead that no decision needed, "
            f"{cost['search_unread_train']:.1f} {unit} ({cost['search_trained_in_baseline_runs']:.1f} baseline-run "
            "equivalents trained in all); " if cost.get("search_unread_fits") else "")
+        + (f"{cost['search_in_full_runs']:.2f} full-size baseline runs; " if cost.get("search_in_full_runs")
+           and "proxy" in result.settings else "")
         + f"confirmation: {cost['confirm_fits']} fits, {cost['confirm_train']:.1f} {unit}. Clock: {cost['clock_means']}.")
     frac = cost["overhead_fraction_of_budget"]
     lines.append(f"The search's own overhead (everything outside the fits): {cost['overhead_cpu_s']:.2f} s CPU, "
@@ -179,7 +195,13 @@ def plot(result: SearchResult, path: Path) -> None:
                 linewidth=2.0 if not config else 1.3)
     ax.set_xlabel(f"training {'steps' if _unit(result) == 'steps' else 'time, s'} ({result.cost['clock']} clock)")
     ax.set_ylabel(result.settings["monitor"] + ("" if higher else " (lower is better)"))
-    ax.set_title("recipe search: confirmation seeds (lines, mean per run length) and search fits (dots)", fontsize=9)
+    title = "recipe search: confirmation seeds (lines, mean per run length) and search fits (dots)"
+    if result.estimate is not None:
+        title += (f"\nestimate for unseen seeds {result.estimate.mean:.2f}x ({result.estimate.low:.2f}x to "
+                  f"{result.estimate.high:.2f}x)")
+        if result.confirmed is not None:
+            title += f", confirmed {result.confirmed.mean:.2f}x"
+    ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper left" if higher else "upper right")
     fig.tight_layout()
@@ -204,6 +226,9 @@ def to_wandb(result: SearchResult, out_dir: Path, project: str = "composer-bridg
             run.summary["search/confirmed_speedup_mean"] = result.confirmed.mean
             run.summary["search/confirmed_speedup_sd"] = result.confirmed.sd
         run.summary["search/baseline_run_equivalents"] = result.cost["search_in_baseline_runs"]
+        if result.estimate is not None:
+            for key in ("mean", "low", "high", "raw"):
+                run.summary[f"search/estimate_{key}"] = getattr(result.estimate, key)
         return Path(run.dir)
     finally:
         run.finish()

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from composer_bridge.search.candidates import Candidate
+from composer_bridge.search.estimate import Estimate
 from composer_bridge.search.scoring import QualityWithin, SpeedUp
 from composer_bridge.search.trial import FitRecord
 
@@ -65,6 +66,12 @@ class SearchResult:
             best quality reached within the baseline's training time (its longest run) on each
             confirmation seed, keyed ``"baseline"``, ``"recipe"`` (the search's pick) and each
             ``also_confirm`` name; empty when nothing was confirmed.
+        estimate: what the pick should give on seeds it never saw, from the search's own scores corrected
+            for having been chosen, with a 90 % interval (:class:`~composer_bridge.search.estimate.Estimate`;
+            ``None`` when the recipe is empty). The confirmation checks it.
+        runner_up: when the recipe is empty, the configuration that scored best on the search seeds
+            without being sure enough to be taken; it is confirmed too (``runner_up_confirmed``, and
+            ``"best tried"`` in ``quality_within_baseline_time``), as a second opinion.
     """
 
     recipe: list[Candidate]
@@ -80,6 +87,9 @@ class SearchResult:
     candidates: list[Candidate] = field(default_factory=list)
     stopped_by_budget: bool = False
     quality_within_baseline_time: dict[str, QualityWithin] = field(default_factory=dict)
+    estimate: Estimate | None = None
+    runner_up: list[Candidate] = field(default_factory=list)
+    runner_up_confirmed: SpeedUp | None = None
 
     def summary(self) -> str:
         """A few lines for the terminal: the verdict, the recipe and the confirmed speed-up, the cost."""

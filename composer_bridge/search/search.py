@@ -31,6 +31,7 @@ from composer_bridge.search.errors import SearchInputError
 from composer_bridge.search.executor import Executor, InProcessExecutor
 from composer_bridge.search.fit_scheduler import FitScheduler
 from composer_bridge.search.greedy import GreedySearch, mean_score
+from composer_bridge.search.proxy import Proxy
 from composer_bridge.search.results import BudgetExhausted, SearchResult, config_name
 from composer_bridge.search.settings import SearchSettings
 from composer_bridge.search.state import SearchState
@@ -58,6 +59,9 @@ def search_recipe(
     progress: bool = True,
     executor: Executor | str | None = None,
     starting_recipes: Mapping[str, Sequence[Candidate | str]] | None = None,
+    confidence: float = 0.8,
+    proxy: Proxy | None = None,
+    finalist_seeds: Sequence[int] | None = None,
 ) -> SearchResult:
     """Search which candidate algorithms make this model reach the baseline's best quality sooner.
 
@@ -97,6 +101,17 @@ def search_recipe(
             settles below it on its own seeds. ``None`` (default): the published recipes of
             :mod:`composer_bridge.recipes` that apply whole to this model (``from_recipe``'s labels,
             ``"mild:BlurPool"``, ...); ``{}``: none. A recipe you name that cannot apply is refused.
+        confidence: how sure the search must be that a change helps before it takes it (0.8): the
+            probability, given the seed-to-seed noise it measured, that the addition's true speed-up beats
+            the current recipe's. It also sets nothing else: the estimate's interval is at 90 %.
+        proxy: search a cheaper version of the run (:class:`~composer_bridge.search.proxy.Proxy`: shorter
+            run lengths, a smaller model, less data) and confirm the pick at full size (``run_lengths``,
+            ``make_module``, ``make_data``). ``None``: search at full size.
+        finalist_seeds: seeds a step's best configuration is scored on before it is taken, which played no
+            part in choosing it: the decision there, and the estimate from there, are free of the winner's
+            luck. ``None`` (default): one seed, the first after the search seeds that is not a confirmation
+            seed; ``[]``: none (then the best of many must clear a stricter bar, and the estimate is
+            corrected by shrinkage).
 
     Returns:
         A :class:`SearchResult`.
@@ -117,17 +132,25 @@ def _search(make_module: Callable[..., Any], make_data: Callable[[int], Any], *,
             trainer_kwargs: Mapping[str, Any] | None, clock: str, min_gain: float,
             also_confirm: Mapping[str, Sequence[Candidate | str]] | None, state_dir: str | Path | None,
             progress: bool, executor: Executor | str | None,
-            starting_recipes: Mapping[str, Sequence[Candidate | str]] | None) -> SearchResult:
+            starting_recipes: Mapping[str, Sequence[Candidate | str]] | None, confidence: float,
+            proxy: Proxy | None, finalist_seeds: Sequence[int] | None) -> SearchResult:
     started = (time.perf_counter(), time.process_time())  # the probe and the checks are overhead too
     higher = checks.check_mode(mode)
     lengths = checks.check_run_lengths(run_lengths)
     search_seeds, confirm_seeds = checks.check_seeds(search_seeds, confirm_seeds)
+    finalists = checks.check_finalist_seeds(finalist_seeds, search_seeds, confirm_seeds)
     tkw = checks.check_trainer_kwargs(trainer_kwargs)
     checks.check_clock(clock)
-    checks.check_budget(max_fits, max_train_seconds, len(lengths), len(search_seeds))
+    confidence = checks.check_confidence(confidence)
+    proxy = checks.check_proxy(proxy)
+    search_lengths = list(proxy.run_lengths) if proxy is not None and proxy.run_lengths else lengths
+    checks.check_budget(max_fits, max_train_seconds, len(search_lengths), len(search_seeds))
     pool = as_candidates(candidates)
     extra = {name: as_candidates(list(recipe)) for name, recipe in (also_confirm or {}).items()}
     probe = checks.probe(make_module, make_data, monitor, lengths[0], search_seeds[0], tkw)
+    if proxy is not None and (proxy.make_module is not None or proxy.make_data is not None):
+        checks.probe(proxy.make_module or make_module, proxy.make_data or make_data, monitor, search_lengths[0],
+                     search_seeds[0], tkw)
     usable = checks.filter_candidates(pool, probe, lengths[0], explicit=candidates is not None)
     # A recipe to confirm is trained whole or refused: what is reported is exactly what was trained.
     extra = {name: checks.filter_candidates(recipe, probe, lengths[0], explicit=True, what=f"also_confirm[{name!r}]")
@@ -135,7 +158,7 @@ def _search(make_module: Callable[..., Any], make_data: Callable[[int], Any], *,
     starts, left_out = _starting_recipes(starting_recipes, probe, lengths[0])
     checks.check_same_labels(pool, {**{f"also_confirm[{n!r}]": r for n, r in extra.items()},
                                     **{f"starting_recipes[{n!r}]": r for n, r in starts.items()}})
-    checks.warn_small_budget(max_fits, len(lengths), len(search_seeds), len(usable) + len(starts), "fits")
+    checks.warn_small_budget(max_fits, len(search_lengths), len(search_seeds), len(usable) + len(starts), "fits")
     everything = list(usable)
     for c in (c for recipe in (*extra.values(), *starts.values()) for c in recipe):
         if c.label not in {e.label for e in everything}:
@@ -145,7 +168,8 @@ def _search(make_module: Callable[..., Any], make_data: Callable[[int], Any], *,
         search_pool=tuple(c.label for c in usable), run_lengths=tuple(lengths), search_seeds=tuple(search_seeds),
         confirm_seeds=tuple(confirm_seeds), clock=clock, trainer_kwargs=tkw, max_fits=max_fits,
         max_train_seconds=max_train_seconds, min_gain=min_gain,
-        starting_recipes={name: tuple(c.label for c in recipe) for name, recipe in starts.items()})
+        starting_recipes={name: tuple(c.label for c in recipe) for name, recipe in starts.items()},
+        confidence=confidence, proxy=proxy, finalist_seeds=tuple(finalists))
     recorded = _recorded_settings(settings, mode, extra)
     state = SearchState(Path(state_dir) / "search.json" if state_dir is not None else None, recorded)
     runner = _executor(executor)
@@ -166,13 +190,19 @@ def _search(make_module: Callable[..., Any], make_data: Callable[[int], Any], *,
             stopped = True
             incumbent, scores = search.incumbent, search.incumbent_scores
             search.steps.append(f"budget spent ({budget}): the search stops with {config_name(incumbent)}")
-        search.prefetch_confirmation([incumbent, *recipes.values()], baselines=bool(extra))
+        estimate = search.estimate(incumbent, scores)
+        # nothing taken: the best configuration tried is still confirmed, for the second answer (quality in time)
+        runner_up = (search.runner_up() or ()) if not incumbent and not stopped else ()
+        search.prefetch_confirmation([incumbent, runner_up, *recipes.values()],
+                                     baselines=bool(recipes) or proxy is not None)
         confirmed = search.confirm(incumbent) if incumbent else None
+        runner_up_confirmed = search.confirm(runner_up) if runner_up else None
         also = {name: search.confirm(config) for name, config in recipes.items()}
-        if confirmed is None and extra:
+        if confirmed is None and (recipes or proxy is not None):  # the full-size baseline: the proxy's cost unit
             for seed in confirm_seeds:
                 search.baseline(seed, "confirm")
-        confirmed_configs = {**({"recipe": incumbent} if incumbent else {}), **recipes}
+        confirmed_configs = {**({"recipe": incumbent} if incumbent else {}),
+                             **({"best tried": runner_up} if runner_up else {}), **recipes}
         within = {name: search.quality_within_baseline_time(config)
                   for name, config in ({"baseline": ()} | confirmed_configs if confirmed_configs else {}).items()}
     finally:
@@ -188,7 +218,8 @@ def _search(make_module: Callable[..., Any], make_data: Callable[[int], Any], *,
         search_score=mean_score(scores, search_seeds) if incumbent else None,
         also_confirmed=also, fits=fits.used_fits(), curves=list(search.curves.values()), steps=search.steps,
         cost=_cost(settings, fits), settings=recorded, candidates=usable, stopped_by_budget=stopped,
-        quality_within_baseline_time=within,
+        quality_within_baseline_time=within, estimate=estimate,
+        runner_up=[settings.candidate(label) for label in runner_up], runner_up_confirmed=runner_up_confirmed,
     )
 
 
@@ -197,7 +228,8 @@ def _recorded_settings(settings: SearchSettings, mode: str, extra: Mapping[str, 
     return {
         "monitor": settings.monitor, "mode": mode, "run_lengths": list(settings.run_lengths),
         "search_seeds": list(settings.search_seeds), "confirm_seeds": list(settings.confirm_seeds),
-        "clock": settings.clock, "min_gain": settings.min_gain,
+        "clock": settings.clock, "min_gain": settings.min_gain, "confidence": settings.confidence,
+        "finalist_seeds": list(settings.finalist_seeds),
         "candidates": [[c.label, c.algorithm, dict(c.kwargs)] for c in settings.candidates],
         "search_candidates": list(settings.search_pool),
         "also_confirm": {name: [c.label for c in recipe] for name, recipe in extra.items()},
@@ -205,6 +237,7 @@ def _recorded_settings(settings: SearchSettings, mode: str, extra: Mapping[str, 
         # Only when there are any: a state saved before starting recipes existed loads when none apply.
         **({"starting_recipes": {name: list(labels) for name, labels in settings.starting_recipes.items()}}
            if settings.starting_recipes else {}),
+        **({"proxy": settings.proxy.describe()} if settings.proxy is not None else {}),
     }
 
 
@@ -256,6 +289,10 @@ def _cost(settings: SearchSettings, fits: FitScheduler) -> dict[str, Any]:
     # scheduler could know): paid for, so part of the cost, though no decision rests on them
     read = {id(f) for f in used}
     unread = [f for f in state.fits if id(f) not in read] if fits.trained else []
+    confirm_runs = [sum(f.seconds for f in fits.confirm_fits if not f.config and f.seed == s)
+                    for s in settings.confirm_seeds]
+    confirm_runs = [r for r in confirm_runs if r > 0]
+    full_run = statistics.mean(confirm_runs) if confirm_runs else None
     budget = max_seconds if max_seconds is not None else (search_s if max_fits is not None else float("nan"))
     overhead = state.overhead_cpu_s if settings.clock == "cpu" else state.overhead_s
     return {
@@ -268,6 +305,10 @@ def _cost(settings: SearchSettings, fits: FitScheduler) -> dict[str, Any]:
         "search_trained_in_baseline_runs": ((search_s + sum(f.seconds for f in unread)) / one_baseline
                                             if one_baseline else float("nan")),
         "max_fits": max_fits, "max_train": max_seconds,
+        # one full-size baseline run (every run length of the confirmation, one seed), where it was trained: with a
+        # proxy, the search's cost in these is what a user at full size pays
+        "full_baseline_run": full_run,
+        "search_in_full_runs": search_s / full_run if full_run else None,
         # The search's own time outside the fits (probe, checks, bookkeeping, state writes), all calls together.
         "overhead_s": state.overhead_s, "overhead_cpu_s": state.overhead_cpu_s,
         # ... as a fraction of the budget, on the budget's clock (CPU time for "cpu", wall time for "wall").

@@ -21,6 +21,7 @@ from typing import Any
 
 from composer_bridge.search.candidates import Candidate
 from composer_bridge.search.executor import FitTask
+from composer_bridge.search.proxy import Proxy
 
 __all__ = ["SearchSettings"]
 
@@ -36,6 +37,9 @@ class SearchSettings:
         starting_recipes: name → configuration (labels) of each recipe the first step races whole
             beside the single candidates.
         higher: ``True`` when a higher ``monitor`` is better (``mode="max"``).
+        confidence: how sure a change must be to be taken (:mod:`composer_bridge.search.estimate`).
+        proxy: the cheaper run the search phase trains, if any.
+        finalist_seeds: more seeds a step's best configuration is scored on before it is taken.
     """
 
     make_module: Callable[..., Any]
@@ -53,6 +57,19 @@ class SearchSettings:
     max_train_seconds: float | None = None
     min_gain: float = 0.02
     starting_recipes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    confidence: float = 0.8
+    proxy: Proxy | None = None
+    finalist_seeds: tuple[int, ...] = ()
+
+    def seeds(self, phase: str) -> tuple[int, ...]:
+        """The seeds of a phase (``"search"`` or ``"confirm"``)."""
+        return self.search_seeds if phase == "search" else self.confirm_seeds
+
+    def lengths(self, phase: str) -> tuple[int, ...]:
+        """The run lengths of a phase: the proxy's in the search when there is one, else ``run_lengths``."""
+        if phase == "search" and self.proxy is not None and self.proxy.run_lengths:
+            return tuple(self.proxy.run_lengths)
+        return self.run_lengths
 
     @property
     def unit(self) -> str:
@@ -72,7 +89,11 @@ class SearchSettings:
         order = [c.label for c in self.candidates]
         return tuple(sorted(labels, key=order.index))
 
-    def task(self, config: tuple[str, ...], seed: int, steps: int) -> FitTask:
-        """The fit of ``config`` on ``seed`` for ``steps`` optimizer steps."""
-        return FitTask(self.make_module, self.make_data, [self.candidate(label) for label in config], steps, seed,
+    def task(self, config: tuple[str, ...], seed: int, steps: int, phase: str = "confirm") -> FitTask:
+        """The fit of ``config`` on ``seed`` for ``steps`` optimizer steps (the proxy's factories in the search)."""
+        make_module, make_data = self.make_module, self.make_data
+        if phase == "search" and self.proxy is not None:
+            make_module = self.proxy.make_module or make_module
+            make_data = self.proxy.make_data or make_data
+        return FitTask(make_module, make_data, [self.candidate(label) for label in config], steps, seed,
                        self.monitor, self.clock, dict(self.trainer_kwargs))

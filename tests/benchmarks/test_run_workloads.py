@@ -57,9 +57,14 @@ def test_the_dry_run_fixes_targets_before_the_methods_and_scores_them_on_seeds_n
                 expected = (None, None) if first is None or first["cpu_s"] > entry["cap_seconds"] else (
                     first["step"], first["cpu_s"])
                 assert (got["steps"], got["seconds"]) == expected
-        search = entry["search"]
-        assert search["search_seeds"] + search["confirm_seeds"] == entry["target_seeds"]  # never a held-out seed
-        assert "search" in entry["configs"] or search["error"]
+        for key in ("search", "search_proxy"):  # the search at full size and on its proxy: never a held-out seed
+            search = entry[key]
+            used = search["search_seeds"] + search["finalist_seeds"] + search["confirm_seeds"]
+            assert set(used).isdisjoint(entry["heldout_seeds"]) and len(set(used)) == len(used)
+            assert set(search["search_seeds"] + search["finalist_seeds"]) <= set(entry["target_seeds"])
+            assert key.replace("_", ":") in entry["configs"] or search["error"]
+            if not search["error"] and key == "search_proxy":
+                assert search["proxy"]["run_lengths"] == sorted({max(1, round(n / 4)) for n in search["run_lengths"]})
     assert {"baseline", "LabelSmoothing"} <= set(saved["scores"]) and all(0 <= v <= 1 for v in saved["scores"].values())
     assert results["scores"] == saved["scores"]
 

@@ -23,8 +23,10 @@ make_module = functools.partial(task.make_module, lr=1.0)
 STARTS = {"ls-gbn": ["LabelSmoothing", "GhostBatchNorm"],
           "small-ghost-batches": [Candidate("GhostBatchNorm", {"ghost_batch_size": 4}, name="GhostBatchNorm(4)")],
           "strong-mixup": [Candidate("MixUp", {"alpha": 1.0}, name="MixUp(1.0)")]}
+# confidence=0: the racing rules alone (the noise gate, tested in test_estimate.py, would keep the baseline on this
+# tiny task, which is mostly noise)
 KWARGS = task.search_kwargs(candidates=["LabelSmoothing", "MixUp", "GhostBatchNorm"], search_seeds=[0, 1],
-                            confirm_seeds=[10], max_fits=60)
+                            confirm_seeds=[10], max_fits=60, confidence=0.0, finalist_seeds=[])
 
 
 def test_the_search_never_settles_below_the_best_starting_recipe_on_its_own_seeds() -> None:
