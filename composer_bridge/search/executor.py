@@ -68,6 +68,11 @@ class Executor(Protocol):
     """
 
     concurrent: bool
+    #: ``True``: a worker that would otherwise wait may train a fit before the search knows it needs it
+    speculate: bool
+
+    def slots(self) -> int:
+        """How many fits can train at once."""
 
     def start(self, sample: FitTask) -> None:
         """Check that fits like ``sample`` can run here (before any training); start resources."""
@@ -157,6 +162,10 @@ class InProcessExecutor:
     """
 
     concurrent = False  #: fits run one at a time: the search asks for each when it needs it
+    speculate = False
+
+    def slots(self) -> int:
+        return 1
 
     def __init__(self) -> None:
         self._queue: list[tuple[int, FitTask]] = []

@@ -22,9 +22,10 @@ Examples:
 
 from __future__ import annotations
 
+import enum
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from composer_bridge.search import checks
@@ -37,16 +38,24 @@ from composer_bridge.search.trial import FitRecord
 
 __all__ = ["FitScheduler"]
 
-_FLYING = "flying"  # a fit submitted to the executor and not back yet
+class _InFlight(enum.Enum):
+    """The state of a fit submitted to the executor and not back yet."""
+
+    FLYING = "flying"
+
+
+_FLYING = _InFlight.FLYING
+#: One run length of a curve being trained: not started (``None``), training (``_FLYING``), or its record.
+Slot = FitRecord | _InFlight | None
 
 
 @dataclass(eq=False)
 class _Pending:
-    """A curve being trained side by side with others: its records by run length (None: not started)."""
+    """A curve being trained side by side with others: one slot per run length."""
 
     config: Config
     seed: int
-    records: list[Any]
+    records: list[Slot]
     done: bool = False
 
     @property
@@ -61,8 +70,33 @@ class _Pending:
         """Fits finished or started: the search will charge at least these for this curve."""
         return sum(r is not None for r in self.records)
 
+    def finished(self) -> list[FitRecord]:
+        """The records of the fits that are back, by run length."""
+        return [r for r in self.records if isinstance(r, FitRecord)]
+
     def seconds(self) -> float:
-        return sum(r.seconds for r in self.records if r is not None and r is not _FLYING)
+        return sum(r.seconds for r in self.finished())
+
+
+@dataclass(eq=False)
+class _Batch:
+    """The curves one :meth:`FitScheduler.prefetch` trains side by side, and the fits it has in flight."""
+
+    curves: list[_Pending]
+    phase: str
+    lengths: tuple[int, ...]
+    goal: Callable[[Config, int], CurveGoal]
+    flying: dict[int, tuple[_Pending, int]] = field(default_factory=dict)  #: ticket -> (curve, run-length index)
+
+    def submit(self, executor: Executor, settings: SearchSettings, c: _Pending, index: int) -> None:
+        """Start fit ``index`` of curve ``c``."""
+        ticket = executor.submit(settings.task(c.config, c.seed, self.lengths[index], self.phase))
+        self.track(ticket, c, index)
+
+    def track(self, ticket: int, c: _Pending, index: int) -> None:
+        """Wait for ``ticket`` as fit ``index`` of ``c``."""
+        self.flying[ticket] = (c, index)
+        c.records[index] = _FLYING
 
 
 class FitScheduler:
@@ -197,36 +231,39 @@ class FitScheduler:
         """
         if not self.executor.concurrent:
             return
-        curves: list[_Pending] = []
-        for config, seed in wanted:
-            if all(c.key != (config, seed) for c in curves):
-                curves.append(_Pending(config, seed, [None] * len(self.settings.lengths(phase))))
-        flying: dict[int, tuple[_Pending, int]] = {}
-        for c in curves:
-            self._launch(c, curves, phase, flying, goal)
         lengths = self.settings.lengths(phase)
-        self._speculate(curves, phase, flying)
-        while any(not c.done for c, _ in flying.values()):
+        batch = _Batch([], phase, lengths, goal)
+        for config, seed in wanted:
+            if all(c.key != (config, seed) for c in batch.curves):
+                batch.curves.append(_Pending(config, seed, [None] * len(lengths)))
+        for c in batch.curves:
+            self._launch(c, batch)
+        self._speculate(batch)
+        while any(not c.done for c, _ in batch.flying.values()):
             ticket, outcome = self._wait()
-            c, i = flying.pop(ticket)
+            c, i = batch.flying.pop(ticket)
             c.records[i] = self._record(c.config, c.seed, lengths[i], phase, outcome)
-            for d in curves:  # a finished curve may raise another's goal: each decides again
-                self._launch(d, curves, phase, flying, goal)
-            self._speculate(curves, phase, flying)
-        for ticket, (c, i) in flying.items():  # started ahead, no longer needed: kept when they come back
+            for d in batch.curves:  # a finished curve may raise another's goal: each decides again
+                self._launch(d, batch)
+            self._speculate(batch)
+        for ticket, (c, i) in batch.flying.items():  # started ahead, no longer needed: kept when they come back
             self._early[ticket] = (c.config, c.seed, lengths[i], phase)
 
-    def _speculate(self, curves: list[_Pending], phase: str, flying: dict[int, tuple[_Pending, int]]) -> None:
+    def _free(self, batch: _Batch) -> int:
+        """How many workers would otherwise wait."""
+        return self.executor.slots() - len(batch.flying) - len(self._early)
+
+    def _speculate(self, batch: _Batch) -> None:
         """With an executor that speculates: while a worker would wait, start the next run length of the
         first curve (in the search's order) whose shorter run is still training; then a fit needed later."""
-        if not getattr(self.executor, "speculate", False):
+        if not self.executor.speculate:
             return
-        lengths, slots = self.settings.lengths(phase), self.executor.slots()  # type: ignore[attr-defined]
+        lengths = batch.lengths
         started = True
-        while started and len(flying) + len(self._early) < slots:
+        while started and self._free(batch) > 0:
             started = False
-            for c in curves:
-                if c.done or not c.config or len(flying) + len(self._early) >= slots:
+            for c in batch.curves:
+                if c.done or not c.config or self._free(batch) <= 0:
                     continue
                 n = c.prefix()
                 ahead = next((i for i in range(n + 1, len(lengths)) if c.records[i] is None), None)
@@ -235,34 +272,32 @@ class FitScheduler:
                 cached = self.cache.get((c.config, c.seed, lengths[ahead]))
                 if cached is not None:
                     c.records[ahead] = cached
-                elif phase == "confirm" or self._reachable(c, ahead, curves):
-                    flying[self.executor.submit(self.settings.task(c.config, c.seed, lengths[ahead], phase))] = (c, ahead)
-                    c.records[ahead] = _FLYING
+                elif batch.phase == "confirm" or self._reachable(c, ahead, batch.curves):
+                    batch.submit(self.executor, self.settings, c, ahead)
                     started = True
         # then the fits certain to be read later (the confirmation's baselines), while workers are still free
-        while self.needed_later and len(flying) + len(self._early) < slots:
+        while self.needed_later and self._free(batch) > 0:
             config, seed, steps, later = self.needed_later.pop(0)
             if (config, seed, steps) not in self.cache and all(
-                    (d.config, d.seed, lengths[i]) != (config, seed, steps) for d, i in flying.values()):
-                self._early[self.executor.submit(self.settings.task(config, seed, steps, later))] = (config, seed, steps,
-                                                                                                     later)
+                    (d.config, d.seed, lengths[i]) != (config, seed, steps) for d, i in batch.flying.values()):
+                ticket = self.executor.submit(self.settings.task(config, seed, steps, later))
+                self._early[ticket] = (config, seed, steps, later)
 
-    def _launch(self, c: _Pending, curves: list[_Pending], phase: str, flying: dict[int, tuple[_Pending, int]],
-                goal: Callable[[Config, int], CurveGoal]) -> None:
+    def _launch(self, c: _Pending, batch: _Batch) -> None:
         """Start ``c``'s next fits: every length of a baseline curve; for a candidate, the next length
         once the shorter ones are in and leave its score open."""
-        lengths = self.settings.lengths(phase)
+        lengths = batch.lengths
         while not c.done:
-            if c.config:  # a baseline curve trains every length; its goal comes from the baseline curve itself
+            if c.config:  # a candidate's curve: one length at a time, while its goal leaves its score open
                 n = c.prefix()
-                points = [(r.seconds, r.quality) for r in c.records[:n] if not r.error]
-                if n == len(lengths) or goal(c.config, c.seed).settled(points) is not None:
+                points = [(r.seconds, r.quality) for r in c.finished()[:n] if not r.error]
+                if n == len(lengths) or batch.goal(c.config, c.seed).settled(points) is not None:
                     c.done = True  # a longer fit still training (started ahead) is no longer waited for
                     return
                 if c.records[n] is _FLYING:
                     return
                 todo = [n]
-            else:
+            else:  # a baseline curve trains every length at once: it sets the goal, it has none
                 todo = [i for i, r in enumerate(c.records) if r is None]
             for i in todo:
                 cached = self.cache.get((c.config, c.seed, lengths[i]))
@@ -270,14 +305,12 @@ class FitScheduler:
                 if cached is not None:
                     c.records[i] = cached
                 elif early is not None:  # trained early and still training: this curve waits for it now
-                    flying[early] = (c, i)
-                    c.records[i] = _FLYING
-                elif phase == "search" and not self._reachable(c, i, curves):
+                    batch.track(early, c, i)
+                elif batch.phase == "search" and not self._reachable(c, i, batch.curves):
                     c.done = True
                     return
                 else:
-                    flying[self.executor.submit(self.settings.task(c.config, c.seed, lengths[i], phase))] = (c, i)
-                    c.records[i] = _FLYING
+                    batch.submit(self.executor, self.settings, c, i)
             if not c.config or c.records[todo[0]] is _FLYING:
                 return
 

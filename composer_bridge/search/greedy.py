@@ -3,30 +3,33 @@
 Method (docs/search.md has the reasoning):
 
 1. **Baseline curves.** On every search seed, the baseline (no algorithm) is trained once per run
-   length; its quality-vs-time points are the curve every candidate is measured against. ``Q`` is
-   the baseline's best quality on that seed.
-2. **Score.** A configuration's score on a seed is its strict speed-up
-   (:func:`composer_bridge.search.scoring.strict_speedup`): the baseline's time to ``Q`` over the
+   length; its quality-vs-time points fix the target every candidate aims at: ``Q``, the median of its
+   best qualities over the search seeds, and ``T``, its median time to ``Q`` (:func:`fixed_target`).
+2. **Score.** A configuration's score on a seed is its strict speed-up: ``T`` over the
    configuration's time to ``Q``; never reaching ``Q`` is a failure, 0x in the mean over seeds.
 3. **Greedy forward selection with removal, from the best start.** The first step races the
    starting recipes (published or the user's, whole): seed by seed, in their order, only the leader
    (the best mean so far) going on to the next seed. Then the single candidates race against the
-   best of them (step 4); the best starting recipe becomes the current recipe if it beats the
-   baseline and no single candidate scores higher, so the search never settles below it. Each step tries adding
-   every remaining candidate (of an algorithm not yet in the recipe) to the current recipe and keeps
-   the best addition if its mean score beats the current recipe's by more than ``min_gain``; then
-   it drops any earlier algorithm whose removal scores at least as well. It ends when no addition
-   helps or the budget is spent.
+   best of them (step 4); the best starting recipe becomes the current recipe if it is taken (below)
+   and no single candidate scores higher. Each step tries adding every remaining candidate (of an
+   algorithm not yet in the recipe) to the current recipe and takes the best addition if its mean
+   beats the current recipe's by more than ``min_gain`` and the search is sure enough: at
+   ``confidence`` on the search seeds, then again on the finalist seeds, which played no part in
+   choosing it (:mod:`composer_bridge.search.estimate`); then it drops any earlier algorithm whose
+   removal scores at least as well. It ends when no addition is taken or the budget is spent.
 4. **Stopping hopeless trials early.** Within a step, the additions race over the search seeds by
    successive halving: after each seed only the better half of those still ahead of the current
    recipe go on. Along a curve, run lengths go from short to long and stop once the curve reaches
-   ``Q`` (longer runs cannot change its score), once its training time passes the baseline's
-   time to ``Q`` without reaching it (it cannot beat the baseline on that seed: a failure), or once
-   it can no longer end ahead of the recipe it races (a run of ``t`` seconds short of ``Q`` caps the
-   speed-up below ``t_base / t``: :class:`~composer_bridge.search.scoring.CurveGoal`). Such a
-   curve would have been dropped after that seed anyway, so the decisions are those of full curves.
-5. **Confirmation.** The chosen recipe (and any ``also_confirm`` recipes) and the baseline are
-   trained on the confirmation seeds, which the search never saw; only those numbers are the result.
+   ``Q`` (longer runs cannot change its score), once its training time passes ``T`` without reaching
+   it (it cannot beat the baseline on that seed: a failure), or once it can no longer end ahead of
+   the recipe it races (a run of ``t`` seconds short of ``Q`` caps the speed-up below ``T / t``:
+   :class:`~composer_bridge.search.scoring.CurveGoal`). Such a curve would have been dropped after
+   that seed anyway, so the decisions are those of full curves. A curve whose fit raised (the
+   candidates' failure on this model) stops at once, and its candidate is left out from then on.
+5. **Confirmation.** The chosen recipe (and any ``also_confirm`` recipes, or the best configuration
+   tried when none was taken) and the baseline are trained on the confirmation seeds, which the
+   search never saw, aiming at the same ``Q``; only those numbers are the result, beside the
+   estimate (:meth:`GreedySearch.estimate`) they check.
 
 Where and when fits train (the cache, the budget, fits side by side) is the
 :class:`~composer_bridge.search.fit_scheduler.FitScheduler`'s job; this module only asks it for

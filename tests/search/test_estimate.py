@@ -37,7 +37,7 @@ class SimExecutor:
     ``raises``: labels whose fits raise (recorded as the search's ``execute`` records them).
     """
 
-    concurrent = False
+    concurrent, speculate = False, False
 
     def __init__(self, truth: dict[str, float], noise_sd: float, rng: random.Random, raises: tuple[str, ...] = (),
                  proxy_truth: dict[str, float] | None = None) -> None:
