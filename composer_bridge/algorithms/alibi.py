@@ -40,6 +40,7 @@ import torch
 from torch import nn
 
 from composer_bridge.algorithms._library_policies import load_library_policies, unloaded_policies_hint
+from composer_bridge.algorithms._mha import rebuild_multihead_attention
 from composer_bridge.algorithms._surgery import (
     Optimizers,
     SurgeryAlgorithm,
@@ -112,14 +113,7 @@ class AlibiMultiheadAttention(nn.MultiheadAttention):
 
     @classmethod
     def from_multihead_attention(cls, mha: nn.MultiheadAttention) -> AlibiMultiheadAttention:
-        new = cls(
-            mha.embed_dim, mha.num_heads, dropout=mha.dropout, bias=mha.in_proj_bias is not None,
-            add_bias_kv=mha.bias_k is not None, add_zero_attn=mha.add_zero_attn, kdim=mha.kdim, vdim=mha.vdim,
-            batch_first=mha.batch_first, device="meta",
-        )
-        for name, param in mha.named_parameters(recurse=False):
-            setattr(new, name, param)
-        new.out_proj = mha.out_proj
+        new = rebuild_multihead_attention(cls, mha)
         new.register_buffer("slopes", torch.tensor(alibi_slopes(mha.num_heads)), persistent=False)
         return new
 

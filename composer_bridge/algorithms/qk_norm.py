@@ -57,6 +57,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from composer_bridge.algorithms._library_policies import load_library_policies, unloaded_policies_hint
+from composer_bridge.algorithms._mha import rebuild_multihead_attention
 from composer_bridge.algorithms._surgery import (
     Optimizers,
     SurgeryAlgorithm,
@@ -245,13 +246,7 @@ class QKNormMultiheadAttention(nn.MultiheadAttention):
                 "projection of the input, so its scale would not be normalised like the others. Fix: build the "
                 "attention without it, or leave QKNorm out for this model."
             )
-        new = cls(
-            mha.embed_dim, mha.num_heads, dropout=mha.dropout, bias=mha.in_proj_bias is not None, kdim=mha.kdim,
-            vdim=mha.vdim, batch_first=mha.batch_first, device="meta",
-        )
-        for name, param in mha.named_parameters(recurse=False):
-            setattr(new, name, param)
-        new.out_proj = mha.out_proj
+        new = rebuild_multihead_attention(cls, mha, keep_bias_kv=False)  # refused above: nothing to keep
         reference = mha.out_proj.weight
         new.q_norm = HeadRMSNorm(mha.head_dim, eps).to(device=reference.device, dtype=reference.dtype)
         new.k_norm = HeadRMSNorm(mha.head_dim, eps).to(device=reference.device, dtype=reference.dtype)
