@@ -49,7 +49,7 @@ class Settings:
     search_workloads: tuple[str, ...] | None = None  #: the search on these workloads only (``None``: every one)
     search_lengths: tuple[float, ...] = (0.25, 0.5, 1.0)  #: the search's run lengths, as fractions of B
     #: the search's budget in its own baseline runs (every run length on one seed), timed from the tuning fits
-    search_budget_runs: float = 5.0
+    search_budget_runs: float = 12.0
     #: the proxy search: the same search at this fraction of every run length, confirmed at full size (None: none)
     proxy_fraction: float | None = 0.25
     search_kwargs: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
@@ -67,6 +67,7 @@ class SearchSpec:
     search_kwargs: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
     budget_seconds: float | None = None
     finalist_seeds: tuple[int, ...] = ()
+    budget_runs: float | None = None  #: the budget in the search's own baseline runs
     proxy_fraction: float | None = None  #: search at this fraction of the run lengths, confirm at full size
 
     @property
@@ -77,6 +78,7 @@ class SearchSpec:
     @property
     def key(self) -> str:
         budget = "" if self.budget_seconds is None else f"|{self.budget_seconds:.0f}s"
+        budget += "" if self.budget_runs is None else f"|{self.budget_runs:g} runs"
         extra = f"|finalists {list(self.finalist_seeds)}|confirm {list(self.confirm_seeds)}" if self.finalist_seeds else ""
         proxy = "" if self.proxy_fraction is None else f"|proxy {self.proxy_fraction:g}"
         return (f"{self.workload}|search|{self.lr:g}|{list(self.run_lengths)}|{list(self.search_seeds)}{budget}"
@@ -153,25 +155,23 @@ class WorkloadPlan:
 
     # --- phase 4: the search ----------------------------------------------------------------------
     def search_spec(self, lr: float, store: Store, proxy: bool = False) -> SearchSpec:
-        """The search, its budget ``search_budget_runs`` of its baseline runs at the tuning fits' CPU time per step.
+        """The search, its budget ``search_budget_runs`` of its own baseline runs (``max_baseline_runs``).
 
         It decides on the first two target seeds, takes a step's best only after a third (its finalist seed),
         and confirms on the last two target seeds and one more (13, 14, 15), so that its estimate's interval is
         for a mean over three unseen seeds, as the held-out rows are. The proxy search runs the same search at
-        ``proxy_fraction`` of every run length (its budget scaled alike) and confirms on one full-size seed."""
+        ``proxy_fraction`` of every run length (its budget in its own, proxy baseline runs) and confirms on one
+        full-size seed."""
         lengths = tuple(sorted({max(1, round(self.budget * f)) for f in self.settings.search_lengths}))
         kwargs = dict(self.settings.search_kwargs)
         fraction = self.settings.proxy_fraction if proxy else None
-        budget = None
-        if "max_fits" not in kwargs:
-            per_step = statistics.median(store.get(s.key)["cpu_s"] / s.total_steps for s in self.tuning()
-                                         if s.lr == lr and store.get(s.key).get("cpu_s"))
-            budget = round(self.settings.search_budget_runs * sum(lengths) * per_step * (fraction or 1.0))
-            kwargs["max_train_seconds"] = float(budget)
+        if "max_fits" not in kwargs:  # its own baseline runs, timed by the search (the proxy's, on the proxy)
+            kwargs["max_baseline_runs"] = self.settings.search_budget_runs
         target = self.settings.target_seeds
         confirm = (*target[3:], max(target) + 1)[: 1 if proxy else None]
-        return SearchSpec(self.workload.name, lr, lengths, target[:2], tuple(confirm), kwargs, budget,
-                          finalist_seeds=target[2:3], proxy_fraction=fraction)
+        return SearchSpec(self.workload.name, lr, lengths, target[:2], tuple(confirm), kwargs,
+                          budget_runs=kwargs.get("max_baseline_runs"), finalist_seeds=target[2:3],
+                          proxy_fraction=fraction)
 
     def search_specs(self, lr: float, store: Store) -> list[SearchSpec]:
         """The full-size search, and the proxy search when ``proxy_fraction`` is set."""

@@ -37,7 +37,7 @@ def run_search(spec: SearchSpec, folder: Path) -> dict[str, Any]:
         "key": spec.key, "kind": "search", "workload": spec.workload, "lr": spec.lr,
         "run_lengths": list(spec.run_lengths), "search_seeds": list(spec.search_seeds),
         "confirm_seeds": list(spec.confirm_seeds), "finalist_seeds": list(spec.finalist_seeds),
-        "budget_seconds": spec.budget_seconds, "error": None}
+        "budget_seconds": spec.budget_seconds, "budget_runs": spec.budget_runs, "error": None}
     proxy = Proxy.shorter(spec.run_lengths, spec.proxy_fraction) if spec.proxy_fraction else None
     state = Path(folder) / (f"search_{spec.workload}" + ("_proxy" if proxy else ""))
     try:

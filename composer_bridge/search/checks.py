@@ -139,11 +139,18 @@ def check_clock(clock: str) -> None:
         raise SearchInputError(f"clock={clock!r}: expected one of {sorted(CLOCKS)} ({CLOCKS}).")
 
 
-def check_budget(max_fits: int | None, max_seconds: float | None, n_lengths: int, n_seeds: int) -> None:
+def check_budget(max_fits: int | None, max_seconds: float | None, n_lengths: int, n_seeds: int,
+                 max_runs: float | None = None) -> None:
     """A budget is given, and (in fits) covers the baseline curves on the search seeds plus one candidate curve."""
-    if max_fits is None and max_seconds is None:
-        raise SearchInputError("no budget: pass max_fits= (fits, baseline fits included) or max_train_seconds= "
-                               "(training time on the search's clock).")
+    if max_fits is None and max_seconds is None and max_runs is None:
+        raise SearchInputError("no budget: pass max_baseline_runs= (training time in the search's own baseline runs), "
+                               "max_fits= (fits, baseline fits included) or max_train_seconds= (training time on the "
+                               "search's clock).")
+    if max_runs is not None and (isinstance(max_runs, bool) or not isinstance(max_runs, (int, float))
+                                 or not max_runs > n_seeds):
+        raise SearchInputError(
+            f"max_baseline_runs={max_runs!r}: expected a number above the {n_seeds} baseline runs the search seeds "
+            f"take themselves (one baseline run = every run length on one seed), e.g. {n_seeds + 10}.")
     if max_fits is not None:
         need = n_lengths * (n_seeds + 1)
         if isinstance(max_fits, bool) or not isinstance(max_fits, int) or max_fits < need:

@@ -166,12 +166,35 @@ class FitScheduler:
         seen = [f.seconds for f in self.search_fits if not f.config and f.steps == steps]
         return max(seen) if seen else 0.0
 
+    def baseline_run(self) -> float | None:
+        """One baseline run on the search's clock (every run length on one search seed, mean over the seeds),
+        once every search seed's baseline curve is in; ``None`` before."""
+        lengths, seeds = self.settings.lengths("search"), self.settings.search_seeds
+        runs = []
+        for seed in seeds:
+            fits = [f for f in self.search_fits if not f.config and f.seed == seed]
+            if len(fits) < len(lengths):
+                return None
+            runs.append(sum(f.seconds for f in fits))
+        return sum(runs) / len(runs)
+
+    def max_seconds(self) -> float | None:
+        """The time budget: ``max_train_seconds``, or ``max_baseline_runs`` baseline runs once they are known."""
+        limits = [self.settings.max_train_seconds]
+        if self.settings.max_baseline_runs is not None:
+            run = self.baseline_run()
+            limits.append(None if run is None else self.settings.max_baseline_runs * run)
+        known = [x for x in limits if x is not None]
+        return min(known) if known else None
+
     def _check_budget(self, steps: int) -> None:
-        max_fits, max_seconds = self.settings.max_fits, self.settings.max_train_seconds
+        max_fits, max_seconds = self.settings.max_fits, self.max_seconds()
         if max_fits is not None and len(self.search_fits) + 1 > max_fits:
             raise BudgetExhausted(f"{max_fits} fits")
         if max_seconds is not None and self.spent() + self._estimate(steps) > max_seconds:
-            raise BudgetExhausted(f"{max_seconds:g} {self.settings.unit}")
+            runs = self.settings.max_baseline_runs
+            what = f"{runs:g} baseline runs = " if runs is not None and max_seconds != self.settings.max_train_seconds else ""
+            raise BudgetExhausted(f"{what}{max_seconds:g} {self.settings.unit}")
 
     def _check_first_fit(self, record: FitRecord) -> None:
         """After the first (shortest) baseline fit: is a time budget big enough to compare anything?"""
@@ -316,7 +339,7 @@ class FitScheduler:
 
     def _reachable(self, c: _Pending, index: int, curves: list[_Pending]) -> bool:
         """Can the budget reach fit ``index`` of ``c``, counting only fits certain to be charged before it?"""
-        max_fits, max_seconds = self.settings.max_fits, self.settings.max_train_seconds
+        max_fits, max_seconds = self.settings.max_fits, self.max_seconds()
         before = curves[: next(k for k, d in enumerate(curves) if d is c)]
         count = len(self.search_fits) + sum(d.known() for d in before) + index + 1
         if max_fits is not None and count > max_fits:

@@ -62,6 +62,7 @@ def search_recipe(
     confidence: float = 0.8,
     proxy: Proxy | None = None,
     finalist_seeds: Sequence[int] | None = None,
+    max_baseline_runs: float | None = None,
 ) -> SearchResult:
     """Search which candidate algorithms make this model reach the baseline's best quality sooner.
 
@@ -77,6 +78,10 @@ def search_recipe(
         run_lengths: optimizer steps of each point of a quality-vs-time curve (ascending).
         max_fits: the search's budget in fits (baseline fits on the search seeds included).
         max_train_seconds: the search's budget in training time on ``clock`` (steps for ``"steps"``).
+        max_baseline_runs: the search's budget in its own baseline runs (one = every run length on one
+            search seed, timed by the search's baseline curves; ``12`` lets the search train twelve times
+            what one baseline curve took, those curves included). With several budgets, the first
+            reached stops the search.
         search_seeds: seeds the search decides on.
         confirm_seeds: seeds the chosen recipe is confirmed on; never used by the search.
         trainer_kwargs: your ``lightning.Trainer`` arguments (accelerator, precision, ...); the
@@ -133,7 +138,8 @@ def _search(make_module: Callable[..., Any], make_data: Callable[[int], Any], *,
             also_confirm: Mapping[str, Sequence[Candidate | str]] | None, state_dir: str | Path | None,
             progress: bool, executor: Executor | str | None,
             starting_recipes: Mapping[str, Sequence[Candidate | str]] | None, confidence: float,
-            proxy: Proxy | None, finalist_seeds: Sequence[int] | None) -> SearchResult:
+            proxy: Proxy | None, finalist_seeds: Sequence[int] | None,
+            max_baseline_runs: float | None) -> SearchResult:
     started = (time.perf_counter(), time.process_time())  # the probe and the checks are overhead too
     higher = checks.check_mode(mode)
     lengths = checks.check_run_lengths(run_lengths)
@@ -144,7 +150,7 @@ def _search(make_module: Callable[..., Any], make_data: Callable[[int], Any], *,
     confidence = checks.check_confidence(confidence)
     proxy = checks.check_proxy(proxy)
     search_lengths = list(proxy.run_lengths) if proxy is not None and proxy.run_lengths else lengths
-    checks.check_budget(max_fits, max_train_seconds, len(search_lengths), len(search_seeds))
+    checks.check_budget(max_fits, max_train_seconds, len(search_lengths), len(search_seeds), max_baseline_runs)
     pool = as_candidates(candidates)
     extra = {name: as_candidates(list(recipe)) for name, recipe in (also_confirm or {}).items()}
     probe = checks.probe(make_module, make_data, monitor, lengths[0], search_seeds[0], tkw)
@@ -167,7 +173,7 @@ def _search(make_module: Callable[..., Any], make_data: Callable[[int], Any], *,
         make_module=make_module, make_data=make_data, monitor=monitor, higher=higher, candidates=tuple(everything),
         search_pool=tuple(c.label for c in usable), run_lengths=tuple(lengths), search_seeds=tuple(search_seeds),
         confirm_seeds=tuple(confirm_seeds), clock=clock, trainer_kwargs=tkw, max_fits=max_fits,
-        max_train_seconds=max_train_seconds, min_gain=min_gain,
+        max_train_seconds=max_train_seconds, max_baseline_runs=max_baseline_runs, min_gain=min_gain,
         starting_recipes={name: tuple(c.label for c in recipe) for name, recipe in starts.items()},
         confidence=confidence, proxy=proxy, finalist_seeds=tuple(finalists))
     recorded = _recorded_settings(settings, mode, extra)
@@ -277,7 +283,7 @@ def _progress_bar(progress: bool, max_fits: int | None, max_seconds: float | Non
 
 
 def _cost(settings: SearchSettings, fits: FitScheduler) -> dict[str, Any]:
-    max_fits, max_seconds, state = settings.max_fits, settings.max_train_seconds, fits.state
+    max_fits, max_seconds, state = settings.max_fits, fits.max_seconds(), fits.state
     baseline_runs = [sum(f.seconds for f in fits.search_fits if not f.config and f.seed == s)
                      for s in settings.search_seeds]
     one_baseline = statistics.mean(baseline_runs) if baseline_runs else float("nan")
@@ -304,7 +310,7 @@ def _cost(settings: SearchSettings, fits: FitScheduler) -> dict[str, Any]:
         "search_unread_fits": len(unread), "search_unread_train": sum(f.seconds for f in unread),
         "search_trained_in_baseline_runs": ((search_s + sum(f.seconds for f in unread)) / one_baseline
                                             if one_baseline else float("nan")),
-        "max_fits": max_fits, "max_train": max_seconds,
+        "max_fits": max_fits, "max_train": max_seconds, "max_baseline_runs": settings.max_baseline_runs,
         # one full-size baseline run (every run length of the confirmation, one seed), where it was trained: with a
         # proxy, the search's cost in these is what a user at full size pays
         "full_baseline_run": full_run,

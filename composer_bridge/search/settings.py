@@ -55,6 +55,7 @@ class SearchSettings:
     trainer_kwargs: Mapping[str, Any] = field(default_factory=dict)
     max_fits: int | None = None
     max_train_seconds: float | None = None
+    max_baseline_runs: float | None = None
     min_gain: float = 0.02
     starting_recipes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     confidence: float = 0.8

@@ -9,6 +9,7 @@ corrected for selection, the proxy search and a candidate that raises.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import statistics
@@ -21,6 +22,7 @@ from composer_bridge.search.estimate import estimate, needed, probability_better
 from composer_bridge.search.executor import RAISED, FitOutcome
 from composer_bridge.search.fit_scheduler import FitScheduler
 from composer_bridge.search.greedy import GreedySearch, fixed_target
+from composer_bridge.search.results import BudgetExhausted
 from composer_bridge.search.search import _cost
 from composer_bridge.search.settings import SearchSettings
 from composer_bridge.search.state import SearchState
@@ -198,3 +200,15 @@ def test_a_candidate_that_raises_is_left_out_with_its_reason_and_the_search_goes
     assert any(s.startswith("broken left out of the search") for s in search.steps)
     # One fit of the broken candidate per seed it raced on, not one per run length.
     assert sum(f.config == ["broken"] for f in search.fits.search_fits) == 1
+
+
+def test_a_budget_in_baseline_runs_is_timed_by_the_searchs_own_baselines() -> None:
+    # One baseline run is 10 + 20 + 40 + 80 = 150 steps; a budget of 3 runs stops the search once 450 steps of
+    # search fits are spent (the baselines on both seeds, 300, included), before a fit that would pass it.
+    truth = {f"c{i}": 1.0 for i in range(6)}
+    search = _search(truth, noise_sd=0.1, seed=5)
+    search.settings = search.fits.settings = dataclasses.replace(search.settings, max_baseline_runs=3)
+    with pytest.raises(BudgetExhausted, match="3 baseline runs = 450 steps"):
+        search.run()
+    assert search.fits.baseline_run() == 150 and search.fits.spent() <= 450
+    assert search.fits.spent() + 80 > 450 or search.fits.spent() + 10 > 450
