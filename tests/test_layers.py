@@ -58,3 +58,31 @@ def test_only_the_lightning_adapter_imports_lightning(layer: str, path: Path) ->
         found += [n for n in names if n.split(".")[0] in ("lightning", "pytorch_lightning")]
     assert not found, f"{layer}/{path.name} imports {found}: only composer_bridge.lightning may."
 
+
+
+# the packages on top of the adapter -> what docs/code-map.md says each may import: exact modules, and prefixes
+# (a module and everything under it); a private module (``_name``) of another package is never allowed
+TOP = {
+    "search": ({"composer_bridge", "composer_bridge.algorithms", "composer_bridge.recipes", "composer_bridge.core.algorithm",
+                "composer_bridge.core.batch", "composer_bridge.lightning.package", "composer_bridge.lightning.module",
+                "composer_bridge.lightning.plain_loss"},
+               ("composer_bridge.search",)),
+    "hf": ({"composer_bridge", "composer_bridge.surgery", "composer_bridge.lightning.module"},
+           ("composer_bridge.hf", "composer_bridge.algorithms")),
+    "pl": ({"composer_bridge"}, ("composer_bridge.pl", "composer_bridge.lightning", "composer_bridge.hf")),
+}
+TOP_MODULES = sorted((package, path) for package in TOP for path in (ROOT / package).rglob("*.py"))
+
+
+@pytest.mark.parametrize(("package", "path"), TOP_MODULES, ids=lambda v: v if isinstance(v, str) else v.name)
+def test_the_packages_on_top_import_only_what_the_code_map_says(package: str, path: Path) -> None:
+    exact, prefixes = TOP[package]
+    wrong = []
+    for line, name in package_imports(path):
+        own = name == f"composer_bridge.{package}" or name.startswith(f"composer_bridge.{package}.")
+        private = any(part.startswith("_") for part in name.split(".")[1:])
+        allowed = name in exact or any(name == p or name.startswith(p + ".") for p in prefixes)
+        if not allowed or (private and not own):
+            wrong.append(f"line {line}: {name}")
+    assert not wrong, f"{package}/{path.name} imports {', '.join(wrong)}; docs/code-map.md allows {sorted(exact)} " \
+                      f"and everything under {list(prefixes)}"
