@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from composer_bridge.search.candidates import Candidate
+from composer_bridge.search.cost import SearchCost
 from composer_bridge.search.estimate import Estimate
 from composer_bridge.search.scoring import QualityWithin, SpeedUp
 from composer_bridge.search.trial import FitRecord
@@ -61,7 +62,8 @@ class SearchResult:
         curves: every configuration-seed curve and its score.
         steps: what each greedy step tried and decided, in words.
         cost: training time and fits of the search and of the confirmation, the budget, the
-            search's cost in baseline-run equivalents and its own overhead.
+            search's cost in baseline-run equivalents and its own overhead (a
+            :class:`~composer_bridge.search.cost.SearchCost`; ``cost["search_fits"]`` reads it too).
         quality_within_baseline_time: the second answer, for a goal of quality rather than time: the
             best quality reached within the baseline's training time (its longest run) on each
             confirmation seed, keyed ``"baseline"``, ``"recipe"`` (the search's pick) and each
@@ -82,7 +84,7 @@ class SearchResult:
     fits: list[FitRecord]
     curves: list[CurveResult]
     steps: list[str]
-    cost: dict[str, Any]
+    cost: SearchCost
     settings: dict[str, Any]
     candidates: list[Candidate] = field(default_factory=list)
     stopped_by_budget: bool = False

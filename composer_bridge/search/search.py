@@ -27,6 +27,7 @@ from typing import Any
 
 from composer_bridge.search import checks
 from composer_bridge.search.candidates import Candidate, as_candidates
+from composer_bridge.search.cost import SearchCost
 from composer_bridge.search.errors import SearchInputError
 from composer_bridge.search.executor import Executor, InProcessExecutor
 from composer_bridge.search.fit_scheduler import FitScheduler
@@ -282,7 +283,7 @@ def _progress_bar(progress: bool, max_fits: int | None, max_seconds: float | Non
                 bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} " + unit + " trained [{elapsed}<{remaining}{postfix}]")
 
 
-def _cost(settings: SearchSettings, fits: FitScheduler) -> dict[str, Any]:
+def _cost(settings: SearchSettings, fits: FitScheduler) -> SearchCost:
     max_fits, max_seconds, state = settings.max_fits, fits.max_seconds(), fits.state
     baseline_runs = [sum(f.seconds for f in fits.search_fits if not f.config and f.seed == s)
                      for s in settings.search_seeds]
@@ -301,28 +302,20 @@ def _cost(settings: SearchSettings, fits: FitScheduler) -> dict[str, Any]:
     full_run = statistics.mean(confirm_runs) if confirm_runs else None
     budget = max_seconds if max_seconds is not None else (search_s if max_fits is not None else float("nan"))
     overhead = state.overhead_cpu_s if settings.clock == "cpu" else state.overhead_s
-    return {
-        "clock": settings.clock, "clock_means": CLOCKS[settings.clock],
-        "search_fits": len(fits.search_fits), "confirm_fits": len(fits.confirm_fits),
-        "search_train": search_s, "confirm_train": confirm_s,
-        "baseline_run": one_baseline,  # one baseline curve: every run length, one seed
-        "search_in_baseline_runs": search_s / one_baseline if one_baseline else float("nan"),
-        "search_unread_fits": len(unread), "search_unread_train": sum(f.seconds for f in unread),
-        "search_trained_in_baseline_runs": ((search_s + sum(f.seconds for f in unread)) / one_baseline
-                                            if one_baseline else float("nan")),
-        "max_fits": max_fits, "max_train": max_seconds, "max_baseline_runs": settings.max_baseline_runs,
-        # one full-size baseline run (every run length of the confirmation, one seed), where it was trained: with a
-        # proxy, the search's cost in these is what a user at full size pays
-        "full_baseline_run": full_run,
-        "search_in_full_runs": search_s / full_run if full_run else None,
-        # The search's own time outside the fits (probe, checks, bookkeeping, state writes), all calls together.
-        "overhead_s": state.overhead_s, "overhead_cpu_s": state.overhead_cpu_s,
-        # ... as a fraction of the budget, on the budget's clock (CPU time for "cpu", wall time for "wall").
-        "overhead_fraction_of_budget": (overhead / budget if budget and settings.clock != "steps" else None),
-        "overhead_fraction_of_training_wall": state.overhead_s / trained_wall if trained_wall else None,
-        "fits_trained_now": fits.trained,
-        "lightning_outside_training_s": sum(f.fit_wall_s - f.wall_s for f in used),
-    }
+    return SearchCost(
+        clock=settings.clock, clock_means=CLOCKS[settings.clock],
+        search_fits=len(fits.search_fits), confirm_fits=len(fits.confirm_fits),
+        search_train=search_s, confirm_train=confirm_s, baseline_run=one_baseline,
+        search_unread_fits=len(unread), search_unread_train=sum(f.seconds for f in unread),
+        max_fits=max_fits, max_train=max_seconds, max_baseline_runs=settings.max_baseline_runs,
+        full_baseline_run=full_run,  # with a proxy, the search's cost in these is what a user at full size pays
+        overhead_s=state.overhead_s, overhead_cpu_s=state.overhead_cpu_s,
+        # ... as a fraction of the budget, on the budget's clock (CPU time for "cpu", wall time for "wall")
+        overhead_fraction_of_budget=(overhead / budget if budget and settings.clock != "steps" else None),
+        overhead_fraction_of_training_wall=state.overhead_s / trained_wall if trained_wall else None,
+        fits_trained_now=fits.trained,
+        lightning_outside_training_s=sum(f.fit_wall_s - f.wall_s for f in used),
+    )
 
 
 @contextlib.contextmanager
