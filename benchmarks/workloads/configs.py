@@ -6,6 +6,8 @@
   applies to the model and its batches (:func:`composer_bridge.search.candidates.applicability`);
 * Muon's speedrun variants (:data:`MUON_VARIANTS`: Polar Express, NorMuon, cautious weight decay, at the
   default candidate's ``lr=0.02``): all three together wherever Muon applies, each alone on the language models;
+* ScheduleFree in place of the AdamW and its schedule (:func:`schedule_free`), where the ``schedulefree``
+  package is installed and it applies;
 * every published recipe (:mod:`composer_bridge.recipes`) that applies whole, named ``recipe:<name>``;
 * ``search``: the recipe search's pick, added once the search has run (:mod:`run_workloads`).
 
@@ -24,7 +26,7 @@ from composer_bridge.search import DEFAULT_CANDIDATES, Candidate
 from composer_bridge.search.candidates import applicability
 from composer_bridge.search.checks import Probe, published_starting_recipes
 
-__all__ = ["MUON_VARIANTS", "as_spec", "configurations"]
+__all__ = ["MUON_VARIANTS", "as_spec", "configurations", "schedule_free"]
 
 #: Muon's variants, each alone and all together, measured where Muon applies.
 MUON_VARIANTS = {
@@ -34,6 +36,18 @@ MUON_VARIANTS = {
     "Muon+all three": Candidate("Muon", {"lr": 0.02, "ns_coefficients": "polar_express", "normuon": True,
                                          "cautious_weight_decay": True}),
 }
+
+
+def schedule_free(total_steps: int) -> Candidate:
+    """ScheduleFree in place of the workload's AdamW and its schedule: the authors' ``AdamWScheduleFree`` with the
+    same learning rate and weight decay, warmed up over 5 % of the run as the baseline is."""
+    return Candidate("ScheduleFree", {"replace": True, "warmup_steps": max(1, round(0.05 * total_steps))})
+
+
+def _has(package: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(package) is not None
 
 
 def as_spec(candidates: Sequence[Candidate]) -> tuple[tuple[str, dict[str, Any]], ...]:
@@ -58,6 +72,13 @@ def configurations(workload: Any, lr: float, total_steps: int) -> tuple[dict[str
                 configs[candidate.label] = as_spec([candidate])
             else:
                 left_out[candidate.label] = why
+        extra = schedule_free(total_steps)
+        why = applicability(extra, module, batch, total_steps) if _has("schedulefree") else (
+            "the schedulefree package is not installed")
+        if why is None:
+            configs["ScheduleFree"] = as_spec([extra])
+        else:
+            left_out["ScheduleFree"] = why
         if "Muon" in configs:  # all three variants wherever Muon applies; each alone on the language models
             configs.update({name: as_spec([candidate]) for name, candidate in MUON_VARIANTS.items()
                             if name == "Muon+all three" or workload.family == "language"})

@@ -49,7 +49,7 @@ class Settings:
     search_workloads: tuple[str, ...] | None = None  #: the search on these workloads only (``None``: every one)
     search_lengths: tuple[float, ...] = (0.25, 0.5, 1.0)  #: the search's run lengths, as fractions of B
     #: the search's budget in its own baseline runs (every run length on one seed), timed from the tuning fits
-    search_budget_runs: float = 12.0
+    search_budget_runs: float = 30.0
     #: the proxy search: the same search at this fraction of every run length, confirmed at full size (None: none)
     proxy_fraction: float | None = 0.25
     search_kwargs: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
