@@ -54,59 +54,15 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
+from composer_bridge.search.curves import CurveBook, Scores
 from composer_bridge.search.estimate import Estimate, estimate, held_out, needed, probability_better
-from composer_bridge.search.executor import RAISED
 from composer_bridge.search.fit_scheduler import FitScheduler
 from composer_bridge.search.results import Config, CurveResult, config_name
-from composer_bridge.search.scoring import (
-    CurveGoal,
-    QualityWithin,
-    SpeedUp,
-    best_quality,
-    best_quality_within,
-    summarise_speedups,
-    time_to_reach,
-)
 from composer_bridge.search.settings import SearchSettings
 
-__all__ = ["GreedySearch", "fixed_target", "mean_score"]
-
-Scores = dict[int, float | None]  # a configuration's strict speed-up per seed (None: never reached Q)
-
-
-def fixed_target(curves: Sequence[Sequence[tuple[float, float]]], higher: bool) -> tuple[float, float]:
-    """``(Q, T)`` from the baseline's curves on the seeds of a phase.
-
-    ``Q`` is the median of the baseline's best qualities (the worse of the two middle ones for an even
-    number of seeds, so that more than half of the seeds reach it: with two seeds, the worse one); ``T`` is
-    the median over the seeds of the baseline's time to ``Q``, a seed that never reaches it counting as
-    infinitely slow. A lucky or unlucky seed moves neither.
-
-    Examples:
-        >>> q, t = fixed_target([[(1, 0.5), (2, 0.8)], [(1, 0.6), (2, 0.7)]], higher=True)  # the worse of two bests
-        >>> q, round(t, 3)  # the mean of 1.667 (interpolated on the first curve) and 2
-        (0.7, 1.833)
-        >>> fixed_target([[(1, 0.5), (2, 0.8)], [(1, 0.6), (2, 0.7)], [(1, 0.2), (2, 0.3)]], higher=True)
-        (0.7, 2.0)
-    """
-    bests = sorted((best_quality(points, higher) for points in curves), reverse=higher)
-    q = bests[len(bests) // 2]
-    return q, median_time([time_to_reach(points, q, higher) for points in curves])
-
-
-def median_time(times: Sequence[float | None]) -> float:
-    """The median of times, ``None`` (never reached) counting as infinitely slow.
-
-    Examples:
-        >>> median_time([3.0, None, 1.0]), median_time([2.0, 4.0])
-        (3.0, 3.0)
-    """
-    ordered = sorted(math.inf if t is None else t for t in times)
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
-
+__all__ = ["GreedySearch", "mean_score"]
 
 def mean_score(scores: Mapping[int, float | None], seeds: Sequence[int]) -> float:
     """The mean speed-up over ``seeds``, failures as 0x.
@@ -125,126 +81,28 @@ class GreedySearch:
     stops the search); ``steps`` says in words what each step tried and decided.
     """
 
-    def __init__(self, settings: SearchSettings, fits: FitScheduler) -> None:
+    def __init__(self, settings: SearchSettings, fits: FitScheduler, book: CurveBook | None = None) -> None:
         self.settings, self.fits = settings, fits
-        self.curves: dict[tuple[Config, int], CurveResult] = {}
-        self._read: dict[tuple[Config, int], list] = {}  # each curve's fits read so far, by run length
+        self.book = book if book is not None else CurveBook(settings, fits)
         self.steps: list[str] = []
         self.incumbent: Config = ()
         self.incumbent_scores: Scores = {s: 1.0 for s in settings.search_seeds}
-        self._targets: dict[str, tuple[float, float]] = {}
         self.left_out: dict[str, str] = {}  # candidates that raised on this model, and why
         self._finalists: dict[Config, Scores] = {}  # the last race's configurations still ahead after its last seed
 
-    # --- steps 1 and 2: curves and their scores ----------------------------------------------------
-
-    def baseline(self, seed: int, phase: str) -> CurveResult:
-        """The baseline's curve on ``seed``: every run length (step 1)."""
-        key = ((), seed)
-        if key not in self.curves:
-            self._prefetch([key], phase)
-            points = []
-            for steps in self.settings.lengths(phase):
-                record = self.fits.fit((), seed, steps, phase)
-                if not record.error:
-                    points.append((record.seconds, record.quality))
-            if not points:
-                reasons = "; ".join(f.error or "" for f in self.fits.state.fits if not f.config and f.seed == seed)
-                raise RuntimeError(f"every baseline fit on seed {seed} failed, so nothing can be compared on it: "
-                                   f"{reasons}")
-            self.curves[key] = CurveResult((), seed, phase, points, "baseline", 1.0)
-        return self.curves[key]
-
-    def target(self, phase: str) -> tuple[float, float]:
-        """``(Q, T)`` of a phase, fixed once its baselines are in: every configuration on every seed of the phase
-        aims at this ``Q``; its speed-up on a seed is ``T`` over its own time to ``Q``.
-
-        ``Q`` is set once, by the baseline on the search seeds (:func:`fixed_target`), and the confirmation aims at
-        the same ``Q`` (with a proxy, whose runs differ from the full-size ones, the confirmation sets its own from
-        its baselines); ``T`` is the median over the phase's seeds of the baseline's time to ``Q``."""
-        if phase not in self._targets:
-            higher = self.settings.higher
-            curves = [self.baseline(seed, phase).points for seed in self.settings.seeds(phase)]
-            if phase == "search" or self.settings.proxy is not None:
-                self._targets[phase] = fixed_target(curves, higher)
-            else:
-                q = self.target("search")[0]
-                t_base = median_time([time_to_reach(points, q, higher) for points in curves])
-                if math.isinf(t_base):  # the baseline misses the search's target on most unseen seeds: at best it
-                    t_base = statistics.median(max(t for t, _ in points) for points in curves)  # got there at the end
-                self._targets[phase] = (q, t_base)
-        return self._targets[phase]
-
-    def goal(self, seed: int, phase: str, beat: float = 1.0) -> CurveGoal:
-        """What a curve on ``seed`` races: the phase's fixed ``Q`` and the baseline's mean time to it, and the
-        speed-up it must beat (the early stops in the search only)."""
-        q, t_base = self.target(phase)
-        # only the confirmation reads the baseline's training time on the curve's own seed (a finalist seed has none)
-        t_total = max(t for t, _ in self.baseline(seed, phase).points) if phase == "confirm" else t_base
-        return CurveGoal(q, t_base, t_total, self.settings.higher, search=phase == "search", beat=beat)
-
-    def speedup(self, points: list[tuple[float, float]], phase: str) -> float | None:
-        """The strict speed-up of a curve with these points: ``T`` over its time to the phase's ``Q``."""
-        q, t_base = self.target(phase)
-        reached = time_to_reach(points, q, self.settings.higher) if points else None
-        return round(t_base / reached, 6) if reached else None
-
-    def curve(self, config: Config, seed: int, phase: str, beat: float = 1.0) -> CurveResult:
-        """``config``'s curve on ``seed``, run lengths short to long until it is settled against ``beat``
-        (steps 2 and 4; :meth:`~composer_bridge.search.scoring.CurveGoal.settled` says when).
-
-        A curve stopped because it could not beat a faster recipe goes on from where it stopped when
-        it is asked for again against a lower one (its fits are read once)."""
-        if not config:
-            return self.baseline(seed, phase)
-        key = (config, seed)
-        cached = self.curves.get(key)
-        if cached is not None and (cached.stopped_below is None or beat >= cached.stopped_below):
-            return cached
-        goal = self.goal(seed, phase, beat)
-        read = self._read.setdefault(key, [])
-        points = [(r.seconds, r.quality) for r in read if not r.error]
-        settled = goal.settled(points) if points else None
-        for steps in self.settings.lengths(phase)[len(read):]:
-            if settled is not None:
-                break
-            record = self.fits.fit(config, seed, steps, phase)
-            read.append(record)
-            if record.error and record.error.startswith(RAISED):  # the candidates raised: every length would
-                break
-            if record.error:  # a fit that failed twice is no point of the curve; the next length may still be
-                continue
-            points.append((record.seconds, record.quality))
-            settled = goal.settled(points)
-        status = settled or "never reached Q"
-        if points and time_to_reach(points, goal.q, self.settings.higher) is not None:
-            status = "reached Q"  # a confirmation curve goes on past Q, within the baseline's training time
-        elif read and read[-1].error and read[-1].error.startswith(RAISED):
-            status = f"failed: {read[-1].error}"
-        speed = self.speedup(points, phase) if status == "reached Q" else None
-        below = beat if status.startswith("stopped: cannot beat") else None
-        self.curves[key] = CurveResult(config, seed, phase, points, status, speed, stopped_below=below)
-        return self.curves[key]
-
-    def scores(self, config: Config, seeds: Sequence[int]) -> Scores:
-        return {seed: self.curve(config, seed, "search").speedup for seed in seeds}
-
-    def _prefetch(self, wanted: Sequence[tuple[Config, int]], phase: str,
-                  beat: Callable[[Config, int], float] | None = None) -> None:
-        """Tell the scheduler which curves come next, in this order (it may train them side by side);
-        ``beat(config, seed)``: what each must beat, as far as known now (never above what :meth:`curve` will ask)."""
-        settled = [w for w in wanted if w in self.curves and self.curves[w].stopped_below is None]
-        self.fits.prefetch([w for w in wanted if w not in settled], phase,
-                           lambda config, seed: self.goal(seed, phase, beat(config, seed) if beat else 1.0))
+    @property
+    def curves(self) -> dict[tuple[Config, int], CurveResult]:
+        """Every curve read so far (the :class:`~composer_bridge.search.curves.CurveBook`'s)."""
+        return self.book.curves
 
     # --- step 3: greedy forward selection with removal ---------------------------------------------
 
     def run(self) -> tuple[Config, Scores]:
         """Steps 1-4: the recipe chosen on the search seeds and its scores there."""
         seeds = self.settings.search_seeds
-        self._prefetch([((), seed) for seed in seeds], "search")
+        self.book.prefetch([((), seed) for seed in seeds], "search")
         for seed in seeds:
-            self.baseline(seed, "search")
+            self.book.baseline(seed, "search")
         best_start = self._race_starting_recipes()
         while True:
             present = self.settings.algorithms_in(self.incumbent)  # a unique algorithm is not added twice
@@ -315,7 +173,7 @@ class GreedySearch:
         if curve.status.startswith("failed: "):
             return None
         if curve.status.startswith("stopped") and curve.points:
-            return min(1e3, self.target("search")[1] / max(curve.points[-1][0], 1e-12))
+            return min(1e3, self.book.target("search")[1] / max(curve.points[-1][0], 1e-12))
         return 0.0
 
     def field(self) -> tuple[list[list[float]], list[list[float]]]:
@@ -328,7 +186,7 @@ class GreedySearch:
                 continue
             if not config:
                 if curve.points:
-                    speed = self.speedup(curve.points, "search")
+                    speed = self.book.speedup(curve.points, "search")
                     if speed is not None:
                         noise.append([speed])
                 continue
@@ -374,9 +232,9 @@ class GreedySearch:
         if not extra:
             return True, "", scores
         wanted = [(config, s) for s in extra] + [(self.incumbent, s) for s in extra if self.incumbent]
-        self._prefetch(wanted, "search")
-        fresh = {s: self.curve(config, s, "search").speedup for s in extra}
-        against = {s: self.curve(self.incumbent, s, "search").speedup if self.incumbent else 1.0 for s in extra}
+        self.book.prefetch(wanted, "search")
+        fresh = {s: self.book.curve(config, s, "search").speedup for s in extra}
+        against = {s: self.book.curve(self.incumbent, s, "search").speedup if self.incumbent else 1.0 for s in extra}
         _, noise = self.field()
         seeds = [s for s in scores if s in self.incumbent_scores]
         measured = [[scores[s] or 0.0 for s in seeds], *noise,
@@ -389,15 +247,6 @@ class GreedySearch:
         how = (f"on the finalist seed{'s' if len(extra) > 1 else ''} {extra}: {mean:.2f}x, {100 * sure:.1f} % sure "
                f"it is better; {100 * self.settings.confidence:g} % needed")
         return sure >= self.settings.confidence, how, {**scores, **fresh}
-
-    def runner_up(self) -> Config | None:
-        """The configuration with the best mean over every search seed (``None``: none was scored on all)."""
-        seeds = self.settings.search_seeds
-        scored = {}
-        for (config, _seed), _curve in self.curves.items():
-            if config and all((config, s) in self.curves and self.curves[(config, s)].phase == "search" for s in seeds):
-                scored[config] = statistics.fmean(self.curves[(config, s)].speedup or 0.0 for s in seeds)
-        return max(scored, key=lambda c: (scored[c], -len(c))) if scored else None
 
     def estimate(self, config: Config, scores: Scores) -> Estimate | None:
         """The pick's speed-up on unseen seeds, corrected for having been chosen (``None`` for the baseline).
@@ -413,7 +262,7 @@ class GreedySearch:
         field, noise = self.field()
         extra = self.settings.finalist_seeds
         if extra:
-            fresh = {s: scores[s] if s in scores else self.curve(config, s, "search").speedup for s in extra}
+            fresh = {s: scores[s] if s in scores else self.book.curve(config, s, "search").speedup for s in extra}
             own = [scores.get(s, fresh.get(s)) or 0.0 for s in (*seeds, *extra)]
             others = [[v or 0.0 for v in r.values()] for c, r in self._finalists.items() if c != config]
             return held_out([v or 0.0 for v in fresh.values()], raw, [own, *noise, *others], new,
@@ -433,13 +282,13 @@ class GreedySearch:
         alive, results = list(configs), {name: {} for name in configs}
         for i, seed in enumerate(seeds):
             earlier = {name: sum(results[name][s] or 0.0 for s in seeds[:i]) for name in alive}
-            self._prefetch([(configs[name], seed) for name in alive], "search",
+            self.book.prefetch([(configs[name], seed) for name in alive], "search",
                            lambda config, s, names=tuple(alive), seed=seed, earlier=earlier:
                            self._leader_known(config, seed, [(configs[n], earlier[n]) for n in names]))
             leader, lead = None, 0.0
             for name in alive:
                 beat = lead - earlier[name] if leader is not None else 1.0
-                results[name][seed] = self.curve(configs[name], seed, "search", beat).speedup
+                results[name][seed] = self.book.curve(configs[name], seed, "search", beat).speedup
                 total = earlier[name] + (results[name][seed] or 0.0)
                 if leader is None or total > lead:
                     leader, lead = name, total
@@ -463,24 +312,10 @@ class GreedySearch:
         for other, other_earlier in order:
             if other == config:
                 break
-            known = self._known_speedup(other, seed)
+            known = self.book.known_speedup(other, seed)
             if known is not None:
                 lead = max(lead, other_earlier + known)
         return max(1.0, lead - earlier[config])
-
-    def _known_speedup(self, config: Config, seed: int) -> float | None:
-        """``config``'s speed-up on ``seed`` from the fits trained so far, if they already reach ``Q``."""
-        points = []
-        for steps in self.settings.lengths("search"):
-            record = self.fits.cache.get((config, seed, steps))
-            if record is None:
-                return None
-            if not record.error:
-                points.append((record.seconds, record.quality))
-                speed = self.speedup(points, "search")
-                if speed is not None:
-                    return speed
-        return None
 
     def _accept(self, config: Config, scores: Scores) -> None:
         self.incumbent, self.incumbent_scores = config, scores
@@ -491,14 +326,14 @@ class GreedySearch:
         while len(self.incumbent) > 1:
             bar = mean_score(self.incumbent_scores, seeds)
             trials = [(tuple(x for x in self.incumbent if x != a), a) for a in self.incumbent if a != newest]
-            self._prefetch([(cfg, seed) for cfg, _ in trials for seed in seeds], "search")
-            scored = [(mean_score(self.scores(cfg, seeds), seeds), cfg, a) for cfg, a in trials]
+            self.book.prefetch([(cfg, seed) for cfg, _ in trials for seed in seeds], "search")
+            scored = [(mean_score(self.book.scores(cfg, seeds), seeds), cfg, a) for cfg, a in trials]
             keep = [t for t in scored if t[0] >= bar]
             if not keep:
                 break
             score, cfg, removed = max(keep, key=lambda t: t[0])
             self.steps.append(f"remove {removed}: {config_name(cfg)} at {score:.2f}x >= {bar:.2f}x")
-            self._accept(cfg, self.scores(cfg, seeds))
+            self._accept(cfg, self.book.scores(cfg, seeds))
 
     # --- step 4: successive halving over the search seeds ------------------------------------------
 
@@ -513,9 +348,9 @@ class GreedySearch:
             seen = seeds[: i + 1]
             bar_sum = sum(bar_scores[s] or 0.0 for s in seen)
             beat = {cfg: bar_sum - sum(results[cfg][s] or 0.0 for s in seeds[:i]) for cfg in survivors}
-            self._prefetch([(cfg, seed) for cfg in survivors], "search", lambda config, _seed, beat=beat: beat[config])
+            self.book.prefetch([(cfg, seed) for cfg in survivors], "search", lambda config, _seed, beat=beat: beat[config])
             for cfg in survivors:
-                results[cfg][seed] = self.curve(cfg, seed, "search", beat[cfg]).speedup
+                results[cfg][seed] = self.book.curve(cfg, seed, "search", beat[cfg]).speedup
             bar = mean_score(bar_scores, seen)
             ahead = sorted((c for c in survivors if mean_score(results[c], seen) > bar),
                            key=lambda c: -mean_score(results[c], seen))
@@ -533,34 +368,3 @@ class GreedySearch:
         self._finalists = {c: results[c] for c in survivors}
         return (survivors[0] if survivors else None), results
 
-    # --- step 5: confirmation ----------------------------------------------------------------------
-
-    def prefetch_confirmation(self, configs: Sequence[Config], baselines: bool) -> None:
-        """The confirmation's fits side by side: the baselines first (they set ``Q``), then every recipe.
-
-        ``baselines``: whether the confirmation trains its baselines even with no recipe to confirm.
-        """
-        if not any(configs) and not baselines:
-            return  # nothing to confirm: the baselines on the confirmation seeds are not trained either
-        seeds = self.settings.confirm_seeds
-        self._prefetch([((), seed) for seed in seeds], "confirm")
-        self._prefetch([(c, seed) for c in configs if c for seed in seeds], "confirm")
-
-    def confirm(self, config: Config) -> SpeedUp:
-        """``config``'s strict speed-up on the confirmation seeds, every curve to the longest run length."""
-        return summarise_speedups({seed: self.curve(config, seed, "confirm").speedup
-                                   for seed in self.settings.confirm_seeds})
-
-    def quality_within_baseline_time(self, config: Config) -> QualityWithin:
-        """The best quality ``config`` reached within the baseline's training time, on each confirmation seed.
-
-        The second answer beside the strict speed-up, for a user whose goal is quality, not time: on
-        each seed, the best of ``config``'s runs that took no longer than the baseline's longest run.
-        """
-        seeds = self.settings.confirm_seeds
-        within = []
-        for seed in seeds:
-            t_total = max(t for t, _ in self.baseline(seed, "confirm").points)
-            within.append(best_quality_within(self.curve(config, seed, "confirm").points, t_total,
-                                              self.settings.higher))
-        return QualityWithin(tuple(within), tuple(seeds))

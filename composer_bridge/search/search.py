@@ -199,18 +199,18 @@ def _search(make_module: Callable[..., Any], make_data: Callable[[int], Any], *,
             search.steps.append(f"budget spent ({budget}): the search stops with {config_name(incumbent)}")
         estimate = search.estimate(incumbent, scores)
         # nothing taken: the best configuration tried is still confirmed, for the second answer (quality in time)
-        runner_up = (search.runner_up() or ()) if not incumbent and not stopped else ()
-        search.prefetch_confirmation([incumbent, runner_up, *recipes.values()],
+        runner_up = (search.book.runner_up() or ()) if not incumbent and not stopped else ()
+        search.book.prefetch_confirmation([incumbent, runner_up, *recipes.values()],
                                      baselines=bool(recipes) or proxy is not None)
-        confirmed = search.confirm(incumbent) if incumbent else None
-        runner_up_confirmed = search.confirm(runner_up) if runner_up else None
-        also = {name: search.confirm(config) for name, config in recipes.items()}
+        confirmed = search.book.confirm(incumbent) if incumbent else None
+        runner_up_confirmed = search.book.confirm(runner_up) if runner_up else None
+        also = {name: search.book.confirm(config) for name, config in recipes.items()}
         if confirmed is None and (recipes or proxy is not None):  # the full-size baseline: the proxy's cost unit
             for seed in confirm_seeds:
-                search.baseline(seed, "confirm")
+                search.book.baseline(seed, "confirm")
         confirmed_configs = {**({"recipe": incumbent} if incumbent else {}),
                              **({"best tried": runner_up} if runner_up else {}), **recipes}
-        within = {name: search.quality_within_baseline_time(config)
+        within = {name: search.book.quality_within_baseline_time(config)
                   for name, config in ({"baseline": ()} | confirmed_configs if confirmed_configs else {}).items()}
     finally:
         runner.close()

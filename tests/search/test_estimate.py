@@ -18,10 +18,11 @@ import pytest
 
 from composer_bridge.search import Proxy
 from composer_bridge.search.candidates import Candidate
+from composer_bridge.search.curves import fixed_target
 from composer_bridge.search.estimate import estimate, needed, probability_better
 from composer_bridge.search.executor import RAISED, FitOutcome
 from composer_bridge.search.fit_scheduler import FitScheduler
-from composer_bridge.search.greedy import GreedySearch, fixed_target
+from composer_bridge.search.greedy import GreedySearch
 from composer_bridge.search.results import BudgetExhausted
 from composer_bridge.search.search import _cost
 from composer_bridge.search.settings import SearchSettings
@@ -141,7 +142,7 @@ def test_the_estimate_covers_the_confirmed_speed_up_where_the_search_score_does_
             continue
         picks += 1
         result = search.estimate(recipe, scores)
-        confirmed = search.confirm(recipe).mean
+        confirmed = search.book.confirm(recipe).mean
         covered += result.low <= confirmed <= result.high
         raw_bias.append(result.raw - confirmed)
         est_bias.append(result.mean - confirmed)
@@ -175,7 +176,7 @@ def test_a_proxy_search_picks_what_the_full_size_search_picks_for_a_fraction_of_
     assert full_recipe == proxy_recipe == ("b",)
     # The search fits ran at the proxy's lengths with its factory; the confirmation at full size.
     assert {f.steps for f in proxy.fits.search_fits} <= {2, 5, 10, 20}
-    assert proxy.confirm(proxy_recipe).mean > 1.1
+    assert proxy.book.confirm(proxy_recipe).mean > 1.1
     assert {f.steps for f in proxy.fits.confirm_fits} <= set(LENGTHS)
     cost = _cost(proxy.settings, proxy.fits)
     assert cost["search_in_full_runs"] == pytest.approx(cost["search_train"] / sum(LENGTHS))
@@ -189,7 +190,7 @@ def test_a_proxy_whose_ranking_differs_picks_its_own_best_and_the_confirmation_s
     search = _search(truth, noise_sd=0.03, seed=2, proxy=Proxy(run_lengths=(2, 5, 10, 20), make_module="proxy"),
                      proxy_truth=small)
     recipe, _ = search.run()
-    assert recipe == ("b",) and search.confirm(recipe).mean < 1.1
+    assert recipe == ("b",) and search.book.confirm(recipe).mean < 1.1
 
 
 def test_a_candidate_that_raises_is_left_out_with_its_reason_and_the_search_goes_on() -> None:

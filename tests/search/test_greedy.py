@@ -10,6 +10,7 @@ import pytest
 
 from composer_bridge.search import BudgetWarning
 from composer_bridge.search.candidates import Candidate
+from composer_bridge.search.curves import CurveBook
 from composer_bridge.search.executor import InProcessExecutor
 from composer_bridge.search.fit_scheduler import FitScheduler
 from composer_bridge.search.greedy import GreedySearch
@@ -34,12 +35,11 @@ def _greedy(settings: SearchSettings) -> tuple[SearchSettings, FitScheduler]:
     return settings, FitScheduler(settings, SearchState(None, {}), InProcessExecutor())
 
 
-class Scripted(GreedySearch):
-    """A search whose curves come from ``scores[frozenset(config)]`` (one speed-up for every seed, or per seed)."""
+class ScriptedBook(CurveBook):
+    """Curves from ``scores[frozenset(config)]`` (one speed-up for every seed, or per seed) instead of fits."""
 
-    def __init__(self, scores: dict, seeds=(0, 1), labels=("A", "B", "C"), max_curves: int | None = None,
-                 pool=None, starts=None, cut: bool = False) -> None:
-        super().__init__(*_greedy(_settings(labels, [1, 2], seeds, "steps", pool=pool, starts=starts)))
+    def __init__(self, settings, fits, scores: dict, max_curves: int | None, cut: bool) -> None:
+        super().__init__(settings, fits)
         self.table, self.evaluated, self.max_curves, self.cut = scores, [], max_curves, cut
         self.beats: dict = {}  # (config, seed) -> the speed-up each curve was asked to beat, the last time
 
@@ -65,6 +65,16 @@ class Scripted(GreedySearch):
             else:
                 self.curves[key] = CurveResult(config, seed, phase, [], "scripted", value)
         return self.curves[key]
+
+
+class Scripted(GreedySearch):
+    """The greedy search on a :class:`ScriptedBook` of speed-ups."""
+
+    def __init__(self, scores: dict, seeds=(0, 1), labels=("A", "B", "C"), max_curves: int | None = None,
+                 pool=None, starts=None, cut: bool = False) -> None:
+        settings, fits = _greedy(_settings(labels, [1, 2], seeds, "steps", pool=pool, starts=starts))
+        super().__init__(settings, fits, book=ScriptedBook(settings, fits, scores, max_curves, cut))
+        self.evaluated, self.beats = self.book.evaluated, self.book.beats
 
 
 def test_forward_selection_adds_the_best_candidate_while_it_helps_by_more_than_min_gain() -> None:
@@ -178,13 +188,14 @@ def test_the_rungs_of_a_settings_ladder_race_in_one_step_and_at_most_one_joins_t
 # --- one curve: run lengths short to long, and the two exact early stops ------------------------------
 
 
-def _curve_search(points: dict, max_seconds: float | None = None) -> GreedySearch:
-    """A search over run lengths 1, 2, 4 whose fits come from ``points[(config, seed, steps)] = (seconds, quality)``.
+def _curve_search(points: dict, max_seconds: float | None = None) -> CurveBook:
+    """The curves of a search over run lengths 1, 2, 4 whose fits come from
+    ``points[(config, seed, steps)] = (seconds, quality)``.
 
-    The records go into the scheduler's fit cache, so the real ``FitScheduler.fit``, ``GreedySearch.curve``
+    The records go into the scheduler's fit cache, so the real ``FitScheduler.fit``, ``CurveBook.curve``
     and budget code run; a fit missing from the table would need training and fails the test.
     """
-    search = GreedySearch(*_greedy(_settings(("A", "B"), [1, 2, 4], [0], "cpu", max_seconds)))
+    search = CurveBook(*_greedy(_settings(("A", "B"), [1, 2, 4], [0], "cpu", max_seconds)))
     search.fits.cache = {key: FitRecord(list(key[0]), key[1], key[2], q, s, s, s, "search" if key[1] == 0 else "confirm")
                     for key, (s, q) in points.items()}
     return search
@@ -262,7 +273,7 @@ def test_an_idle_worker_trains_a_curves_next_run_length_before_the_shorter_one_i
     search = _curve_search(BASELINE)
     executor = TableExecutor({(("A",), 0, 1): (0.9, 0.65), (("A",), 0, 2): (1.8, 0.7)})
     search.fits.executor = executor
-    search._prefetch([(("A",), 0)], "search")
+    search.prefetch([(("A",), 0)], "search")
     assert executor.while_busy == [((("A",), 0, 1), []), ((("A",), 0, 2), [(("A",), 0, 1)])]
     curve = search.curve(("A",), 0, "search")
     assert curve.status == "reached Q" and len(curve.points) == 1
