@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from composer_bridge.core.algorithm import Algorithm
+from composer_bridge.core.algorithm import Algorithm, declares
 from composer_bridge.core.batch import BatchKey
 from composer_bridge.core.event import Event
 
@@ -178,7 +178,7 @@ class ZLoss(Algorithm):
             except TargetShapeError:  # a plain module's derived targets (Hugging Face's shifted labels): read with the loss
                 self._term, self._with_the_loss = None, True
         elif self._term is not None or self._with_the_loss:
-            replacing = [type(a).__name__ for a in state.algorithms if getattr(a, "replaces_targets", False)]
+            replacing = [type(a).__name__ for a in state.algorithms if declares(a, "replaces_targets")]
             if self._with_the_loss and replacing:
                 raise ValueError(
                     f"ZLoss reads the ignored positions from the targets the step derives (the labels shifted inside "

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from composer_bridge.core.logger import Logger
     from composer_bridge.core.state import State
 
-__all__ = ["CAPABILITIES", "INPUT_KINDS", "Algorithm", "AlgorithmError", "check_algorithms", "check_owners", "check_unique", "declaring"]
+__all__ = ["CAPABILITIES", "INPUT_KINDS", "Algorithm", "AlgorithmError", "check_algorithms", "check_owners", "check_unique", "declares", "declaring"]
 
 
 #: The kinds of training input an algorithm may need (:attr:`Algorithm.needs`), each with what it
@@ -238,6 +238,22 @@ def check_owners(algorithms: Iterable[Any]) -> None:
             )
 
 
+def declares(algorithm: Any, capability: str) -> bool:
+    """Whether ``algorithm`` declares ``capability`` (one of :data:`CAPABILITIES`); ``False`` for any other object.
+
+    The one way a capability is read (with :func:`declaring` for a list), so a misspelt name is an error,
+    not a silent ``False``.
+
+    Examples:
+        >>> from composer_bridge.algorithms import CutMix, LabelSmoothing
+        >>> declares(CutMix(), "mixes_examples"), declares(LabelSmoothing(), "mixes_examples")
+        (True, False)
+    """
+    if capability not in CAPABILITIES:
+        raise ValueError(f"{capability!r} is not an Algorithm capability; the capabilities are {', '.join(CAPABILITIES)}.")
+    return bool(getattr(algorithm, capability, False))
+
+
 def declaring(algorithms: Iterable[Any], capability: str) -> list[Any]:
     """The algorithms among ``algorithms`` that declare ``capability`` (one of :data:`CAPABILITIES`).
 
@@ -248,7 +264,7 @@ def declaring(algorithms: Iterable[Any], capability: str) -> list[Any]:
     """
     if capability not in CAPABILITIES:
         raise ValueError(f"{capability!r} is not an Algorithm capability; the capabilities are {', '.join(CAPABILITIES)}.")
-    return [algorithm for algorithm in algorithms if getattr(algorithm, capability, False)]
+    return [algorithm for algorithm in algorithms if declares(algorithm, capability)]
 
 
 class AlgorithmError(RuntimeError):

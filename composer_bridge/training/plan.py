@@ -43,7 +43,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from composer_bridge.core.algorithm import declaring
+from composer_bridge.core.algorithm import declares, declaring
 from composer_bridge.core.event import Event
 from composer_bridge.core.passes import (
     DEFAULT_PASSES,
@@ -145,7 +145,7 @@ def _conflicts(algorithms: Sequence[Any], orders: Mapping[Event, list[Any]]) -> 
     for event, ordered in orders.items():
         # An algorithm that must run first (SelectiveBackprop: it ranks the clean examples) after an augmentation.
         for position, first in enumerate(ordered):
-            if not getattr(first, "runs_first", False):
+            if not declares(first, "runs_first"):
                 continue
             before = [type(a).__name__ for a in declaring(ordered[:position], "augments_data")]
             if before:
@@ -157,7 +157,7 @@ def _conflicts(algorithms: Sequence[Any], orders: Mapping[Event, list[Any]]) -> 
                 )
     init = orders.get(Event.INIT, [])
     for position, converter in enumerate(init):
-        if not getattr(converter, "converts_memory_format", False):
+        if not declares(converter, "converts_memory_format"):
             continue
         after = [a for a in init[position + 1 :] if _is_surgery(a)]
         if after:

@@ -181,3 +181,12 @@ def test_every_capability_is_a_documented_false_by_default_bool_and_listed_for_a
             "freezes_layers", "converts_memory_format", "needs_loss_events"} <= set(CAPABILITIES)
     with pytest.raises(ValueError, match="'averages_weight' is not an Algorithm capability"):
         declaring([], "averages_weight")
+
+
+def test_a_capability_is_read_one_way_and_a_misspelt_one_is_an_error() -> None:
+    from composer_bridge.algorithms import CutMix
+    from composer_bridge.core.algorithm import declares
+
+    assert declares(CutMix(), "mixes_examples") and not declares(object(), "mixes_examples")
+    with pytest.raises(ValueError, match="'mixes_example' is not an Algorithm capability"):
+        declares(CutMix(), "mixes_example")

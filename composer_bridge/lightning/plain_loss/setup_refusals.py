@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from composer_bridge.core.algorithm import Algorithm, declaring
+from composer_bridge.core.algorithm import Algorithm, declares, declaring
 from composer_bridge.core.batch import BatchKey
 from composer_bridge.lightning.errors import BridgeConfigurationError
 from composer_bridge.lightning.plain_loss.seen_call import weighted_mean_with_ignored_positions
@@ -86,7 +86,7 @@ def refusal(kind: str, options: Mapping[str, Any], replacing: Sequence[Algorithm
         return None
     names = names_of(replacing)
     ignore_index = options.get("ignore_index", -100)
-    mixing = [a for a in replacing if getattr(a, "mixes_examples", False)]
+    mixing = [a for a in replacing if declares(a, "mixes_examples")]
     if ignore_index != -100 and mixing:
         return (
             f"{names_of(mixing)} mixes each example's targets with a partner's, but {where} has "
@@ -120,7 +120,7 @@ def check_plain_module(algorithms: Sequence[Algorithm], module: torch.nn.Module)
     common_key(needy, "target_key", 1)
     common_key(needy, "input_key", 0)
     _check_forward_takes_inputs(needy, module)
-    interpolating = [a for a in needy if getattr(a, "interpolates_loss", False)]
+    interpolating = [a for a in needy if declares(a, "interpolates_loss")]
     if interpolating and not getattr(module, "automatic_optimization", True):
         raise BridgeConfigurationError(
             f"{names_of(interpolating)} interpolates the loss your training_step returns, just before the backward "
@@ -128,7 +128,7 @@ def check_plain_module(algorithms: Sequence[Algorithm], module: torch.nn.Module)
             "manual_backward itself, before the bridge sees the loss. Fix: use interpolate_loss=False (the targets "
             "are mixed instead, exact for cross-entropy), or automatic optimization."
         )
-    replacing = [a for a in needy if getattr(a, "replaces_targets", False)]
+    replacing = [a for a in needy if declares(a, "replaces_targets")]
     criteria = [(name, m) for name, m in module.named_modules() if isinstance(m, torch.nn.modules.loss._Loss)]
     if not replacing or len(criteria) != 1:
         return  # several criteria (or none): which one the step uses shows in the first step
@@ -147,8 +147,8 @@ def check_plain_module(algorithms: Sequence[Algorithm], module: torch.nn.Module)
 
 def _check_forward_takes_inputs(needy: Sequence[Algorithm], module: torch.nn.Module) -> None:
     """Refuse, at setup, ranking examples with ``module(inputs)`` when ``forward`` needs more than the inputs."""
-    ranking = [a for a in needy if not getattr(a, "interpolates_loss", False) and not getattr(a, "replaces_targets", False)
-               and not getattr(a, "acts_per_position", False)]
+    ranking = [a for a in needy if not declares(a, "interpolates_loss") and not declares(a, "replaces_targets")
+               and not declares(a, "acts_per_position")]
     if not ranking or not callable(getattr(module, "forward", None)):
         return
     try:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from composer_bridge.core.algorithm import declares
 from composer_bridge.core.batch import get_batch_item, set_batch_item
 from composer_bridge.core.loss_source import LossNotSeenYet
 from composer_bridge.lightning.errors import BridgeConfigurationError
@@ -134,11 +135,11 @@ class PlainLossStep:
         self.target_key = common_key(needy, "target_key", 1)
         self.input_key = common_key(needy, "input_key", None)  # None: no algorithm reads the inputs
         self._needy = needy
-        self._interpolating = [a for a in needy if getattr(a, "interpolates_loss", False)]
+        self._interpolating = [a for a in needy if declares(a, "interpolates_loss")]
         # the algorithms that call loss(): not those that only replace the targets
         self._loss_users = [
-            a for a in needy if getattr(a, "interpolates_loss", False)
-            or not (getattr(a, "replaces_targets", False) or getattr(a, "acts_per_position", False))
+            a for a in needy if declares(a, "interpolates_loss")
+            or not (declares(a, "replaces_targets") or declares(a, "acts_per_position"))
         ]
         self._call: LossCall | None = None
         self._several_calls = False
@@ -151,8 +152,8 @@ class PlainLossStep:
         # LabelSmoothing acts on each target position by itself, so it can act on targets the step derives
         # (Hugging Face's shifted labels); algorithms that act per sample need the batch's own targets
         self._per_position_only = all(
-            (getattr(a, "replaces_targets", False) or getattr(a, "acts_per_position", False))
-            and not getattr(a, "mixes_examples", False) for a in needy
+            (declares(a, "replaces_targets") or declares(a, "acts_per_position"))
+            and not declares(a, "mixes_examples") for a in needy
         )
         self._state = state
         state.loss_source = self
@@ -334,8 +335,8 @@ class PlainLossStep:
             if direct else ""
         )
         target = record.target
-        per_sample = [a for a in self._needy if not (getattr(a, "replaces_targets", False) or getattr(a, "acts_per_position", False))
-                      or getattr(a, "mixes_examples", False)]
+        per_sample = [a for a in self._needy if not (declares(a, "replaces_targets") or declares(a, "acts_per_position"))
+                      or declares(a, "mixes_examples")]
         if record.others and per_sample:
             hint += (
                 f" {names_of(per_sample)} acts per sample, so it needs the batch's own target tensor (or a view of it: "
@@ -436,10 +437,10 @@ class PlainLossStep:
         leaves them out itself (:func:`~composer_bridge.lightning.plain_loss.seen_call.probability_loss`). Mixing algorithms are refused with an
         ``ignore_index`` of their own (:func:`_refusal`), so here only position-wise replacements act.
         """
-        replacing = [a for a in self._needy if getattr(a, "replaces_targets", False)]
+        replacing = [a for a in self._needy if declares(a, "replaces_targets")]
         if kind not in ("cross_entropy", "nll_loss") or target.dtype.is_floating_point or not replacing:
             return None
-        if any(getattr(a, "mixes_examples", False) for a in replacing):
+        if any(declares(a, "mixes_examples") for a in replacing):
             return None
         return target == options.get("ignore_index", -100)
 
@@ -477,7 +478,7 @@ class PlainLossStep:
         )
         if not to_probabilities:
             return
-        replacing = [a for a in self._needy if getattr(a, "replaces_targets", False)] or self._needy
+        replacing = [a for a in self._needy if declares(a, "replaces_targets")] or self._needy
         where = f"{type(self.module).__name__}'s loss ({kind})"
         reason = refusal(kind, options, replacing, where)
         if reason is None and kind == "nll_loss" and not self._log_probabilities_checked:
