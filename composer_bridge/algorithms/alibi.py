@@ -41,6 +41,7 @@ from torch import nn
 
 from composer_bridge.algorithms._library_policies import load_library_policies, unloaded_policies_hint
 from composer_bridge.algorithms._mha import rebuild_multihead_attention
+from composer_bridge.algorithms._policy_registry import PolicyRegistry
 from composer_bridge.algorithms._surgery import (
     Optimizers,
     SurgeryAlgorithm,
@@ -169,7 +170,7 @@ def _convert_gpt(gpt: nn.Module, max_sequence_length: int) -> nn.Module | None:
 
 
 # Filled only by register_alibi_policy (an extension package registering its classes on import).
-_REGISTERED: dict[type, Callable[[nn.Module, int], nn.Module | None]] = {}
+_POLICIES = PolicyRegistry("register_alibi_policy")
 
 
 def register_alibi_policy(cls: type, fn: Callable[[nn.Module, int], nn.Module | None]) -> None:
@@ -179,19 +180,16 @@ def register_alibi_policy(cls: type, fn: Callable[[nn.Module, int], nn.Module | 
     Hugging Face models, imported by :func:`apply_alibi` when the model holds ``transformers``
     classes); registering a class again replaces its function.
     """
-    if not (isinstance(cls, type) and issubclass(cls, nn.Module)) or not callable(fn):
-        raise TypeError(f"register_alibi_policy({cls!r}, {fn!r}): needs an nn.Module subclass and a function.")
-    _REGISTERED[cls] = fn
+    _POLICIES.register(cls, fn)
 
 
 def default_alibi_policy() -> dict[type, Callable[[nn.Module, int], nn.Module | None]]:
     """A fresh copy of the classes ALiBi knows and how it converts them (registered ones included)."""
-    return {
+    return _POLICIES.with_defaults({
         GPT: _convert_gpt,
         CausalSelfAttention: lambda m, n: AlibiCausalSelfAttention.from_attention(m),  # type: ignore[arg-type]
         nn.MultiheadAttention: lambda m, n: AlibiMultiheadAttention.from_multihead_attention(m),  # type: ignore[arg-type]
-        **_REGISTERED,
-    }
+    })
 
 
 def _merge_policy(policy: AlibiPolicy | None) -> dict[type, Callable[[nn.Module, int], nn.Module | None]]:

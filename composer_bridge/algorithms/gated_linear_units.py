@@ -38,6 +38,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from composer_bridge.algorithms._library_policies import load_library_policies, unloaded_policies_hint
+from composer_bridge.algorithms._policy_registry import PolicyRegistry
 from composer_bridge.algorithms._surgery import (
     Optimizers,
     SurgeryAlgorithm,
@@ -132,7 +133,7 @@ def _from_encoder_layer(layer: nn.Module, act_fn: Any, gated_layer_bias: bool,
 
 
 # Filled only by register_glu_policy (an extension package registering its classes on import).
-_REGISTERED: dict[type, Callable[..., nn.Module | None]] = {}
+_POLICIES = PolicyRegistry("register_glu_policy")
 
 
 def register_glu_policy(cls: type, fn: Callable[..., nn.Module | None]) -> None:
@@ -142,14 +143,12 @@ def register_glu_policy(cls: type, fn: Callable[..., nn.Module | None]) -> None:
     for Hugging Face models, imported by :func:`apply_gated_linear_units` when the model holds
     ``transformers`` classes); registering a class again replaces its function.
     """
-    if not (isinstance(cls, type) and issubclass(cls, nn.Module)) or not callable(fn):
-        raise TypeError(f"register_glu_policy({cls!r}, {fn!r}): needs an nn.Module subclass and a function.")
-    _REGISTERED[cls] = fn
+    _POLICIES.register(cls, fn)
 
 
 def default_glu_policy() -> dict[type, Callable[..., nn.Module | None]]:
     """A fresh copy of the classes GatedLinearUnits knows and how it converts them (registered ones included)."""
-    return {FeedForward: _from_feed_forward, nn.TransformerEncoderLayer: _from_encoder_layer, **_REGISTERED}
+    return _POLICIES.with_defaults({FeedForward: _from_feed_forward, nn.TransformerEncoderLayer: _from_encoder_layer})
 
 
 def _check(act_fn: Any, gated_layer_bias: bool, non_gated_layer_bias: bool, policy: Any) -> None:

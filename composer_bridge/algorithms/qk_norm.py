@@ -58,6 +58,7 @@ from torch import nn
 
 from composer_bridge.algorithms._library_policies import load_library_policies, unloaded_policies_hint
 from composer_bridge.algorithms._mha import rebuild_multihead_attention
+from composer_bridge.algorithms._policy_registry import PolicyRegistry
 from composer_bridge.algorithms._surgery import (
     Optimizers,
     SurgeryAlgorithm,
@@ -400,7 +401,7 @@ def _multihead_attention(mha: nn.Module, eps: float) -> nn.Module:
 
 
 # Filled only by register_qk_norm_policy (an extension package registering its classes on import).
-_REGISTERED: dict[type, Callable[[nn.Module, float], nn.Module | None]] = {}
+_POLICIES = PolicyRegistry("register_qk_norm_policy")
 
 
 def register_qk_norm_policy(cls: type, fn: Callable[[nn.Module, float], nn.Module | None]) -> None:
@@ -409,14 +410,12 @@ def register_qk_norm_policy(cls: type, fn: Callable[[nn.Module, float], nn.Modul
     For packages that teach QKNorm another library's classes (``composer_bridge.hf`` does it for
     Hugging Face models); registering a class again replaces its function.
     """
-    if not (isinstance(cls, type) and issubclass(cls, nn.Module)) or not callable(fn):
-        raise TypeError(f"register_qk_norm_policy({cls!r}, {fn!r}): needs an nn.Module subclass and a function.")
-    _REGISTERED[cls] = fn
+    _POLICIES.register(cls, fn)
 
 
 def default_qk_norm_policy() -> dict[type, Callable[[nn.Module, float], nn.Module | None]]:
     """A fresh copy of the classes QKNorm knows and how it converts them (registered ones included)."""
-    return {CausalSelfAttention: _gpt_attention, nn.MultiheadAttention: _multihead_attention, **_REGISTERED}
+    return _POLICIES.with_defaults({CausalSelfAttention: _gpt_attention, nn.MultiheadAttention: _multihead_attention})
 
 
 def _merge_policy(policy: QKNormPolicy | None) -> dict[type, Callable[[nn.Module, float], nn.Module | None]]:
