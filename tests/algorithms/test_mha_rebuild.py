@@ -32,3 +32,29 @@ def test_a_plain_rebuild_computes_what_the_original_computes() -> None:
     x = torch.randn(2, 5, 16)
     assert torch.equal(twin(x, x, x)[0], mha(x, x, x)[0])
     assert twin.bias_k is mha.bias_k
+
+
+@pytest.mark.parametrize("register", ["register_alibi_policy", "register_qk_norm_policy", "register_glu_policy"])
+def test_each_surgery_registry_refuses_what_is_not_a_module_class_and_takes_a_class_into_its_default_policy(register):
+    import composer_bridge.algorithms.alibi as alibi
+    import composer_bridge.algorithms.gated_linear_units as glu
+    import composer_bridge.algorithms.qk_norm as qk_norm
+
+    module = {"register_alibi_policy": alibi, "register_qk_norm_policy": qk_norm, "register_glu_policy": glu}[register]
+    default = {"register_alibi_policy": alibi.default_alibi_policy, "register_qk_norm_policy": qk_norm.default_qk_norm_policy,
+               "register_glu_policy": glu.default_glu_policy}[register]
+    with pytest.raises(TypeError, match=f"{register}\\(3, .*needs an nn.Module subclass and a function"):
+        getattr(module, register)(3, lambda m, n: None)
+
+    class Custom(torch.nn.Module):
+        pass
+
+    def convert(*args):
+        return None
+
+    getattr(module, register)(Custom, convert)
+    try:
+        assert default()[Custom] is convert
+    finally:
+        module._POLICIES._registered.pop(Custom)
+    assert Custom not in default()
