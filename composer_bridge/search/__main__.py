@@ -20,6 +20,8 @@ module's class (or function) when it takes that argument and ``seed`` to the dat
       confirm_seeds: [1000, 1001, 1002]
       also_confirm: {published mild: mild}        # recipes of composer_bridge.recipes, by name
       starting_recipes: {mine: [BlurPool, LabelSmoothing]}  # optional: absent = the published ones that apply
+      confidence: 0.8                             # optional: how sure a change must be to be taken
+      proxy: {fraction: 0.25}                     # optional: search on runs a quarter as long, confirm at full size
     trainer: {accelerator: cpu, devices: 1}       # your Trainer arguments
     executor: {name: ray, workers: 2, cpus_per_fit: 1}   # optional: fits side by side on Ray
                                                   # (RayExecutor's arguments; address: for a cluster)
@@ -43,6 +45,7 @@ import yaml
 
 from composer_bridge.search.candidates import Candidate, from_recipe
 from composer_bridge.search.errors import SearchInputError
+from composer_bridge.search.proxy import Proxy
 from composer_bridge.search.results import SearchResult
 from composer_bridge.search.search import search_recipe
 
@@ -109,6 +112,30 @@ def _candidates(items: Any) -> list[Candidate | str] | None:
     return out
 
 
+def proxy_from(section: Any, run_lengths: Any) -> Proxy:
+    """The search's proxy from the config's ``search.proxy``: ``{fraction: 0.25}`` (that share of every run
+    length) or ``{run_lengths: [...]}``, and optionally ``module``/``data`` sections as at the top level.
+
+    Examples:
+        >>> proxy_from({"fraction": 0.25}, [100, 200, 400]).run_lengths
+        (25, 50, 100)
+    """
+    if not isinstance(section, dict) or not set(section) <= {"fraction", "run_lengths", "module", "data"}:
+        raise SearchInputError(f"search.proxy: {section!r}: expected a mapping with fraction or run_lengths, and "
+                               "optionally module and data sections (class_path, init_args), e.g. {fraction: 0.25}.")
+    lengths = section.get("run_lengths")
+    if section.get("fraction") is not None:
+        if lengths is not None:
+            raise SearchInputError("search.proxy: give fraction or run_lengths, not both.")
+        try:
+            lengths = Proxy.shorter(run_lengths, section["fraction"]).run_lengths
+        except ValueError as error:
+            raise SearchInputError(f"search.proxy: {error}") from None
+    module = factory(section["module"], "proxy.module", "total_steps") if section.get("module") else None
+    data = factory(section["data"], "proxy.data", "seed") if section.get("data") else None
+    return Proxy(run_lengths=lengths, make_module=module, make_data=data)
+
+
 def executor_from(section: Any) -> Any:
     """The search's executor from the config's ``executor`` (``None``, ``local``, ``ray``, or a mapping).
 
@@ -162,6 +189,8 @@ def main(argv: list[str] | None = None) -> SearchResult:
         settings["starting_recipes"] = {
             name: (from_recipe(recipe) if isinstance(recipe, str) else _candidates(recipe))
             for name, recipe in settings["starting_recipes"].items()}
+    if settings.get("proxy") is not None:
+        settings["proxy"] = proxy_from(settings["proxy"], settings.get("run_lengths", (50, 100, 200)))
     out = Path(args.out or config.get("out") or "outputs/search")
     allowed = set(inspect.signature(search_recipe).parameters) - {"make_module", "make_data", "trainer_kwargs",
                                                                     "state_dir", "executor"}

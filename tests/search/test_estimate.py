@@ -213,3 +213,17 @@ def test_a_budget_in_baseline_runs_is_timed_by_the_searchs_own_baselines() -> No
         search.run()
     assert search.fits.baseline_run() == 150 and search.fits.spent() <= 450
     assert search.fits.spent() + 80 > 450 or search.fits.spent() + 10 > 450
+
+
+def test_the_commands_proxy_section_becomes_a_proxy_or_a_clear_refusal() -> None:
+    from composer_bridge.search import SearchInputError
+    from composer_bridge.search.__main__ import proxy_from
+
+    assert proxy_from({"fraction": 0.25}, [100, 200, 400]) == Proxy(run_lengths=(25, 50, 100))
+    assert proxy_from({"run_lengths": [5, 10]}, [100, 200]).run_lengths == [5, 10]
+    with pytest.raises(SearchInputError, match="fraction or run_lengths, not both"):
+        proxy_from({"fraction": 0.25, "run_lengths": [5, 10]}, [100, 200])
+    with pytest.raises(SearchInputError, match="fraction=1.5"):
+        proxy_from({"fraction": 1.5}, [100, 200])
+    with pytest.raises(SearchInputError, match=r"expected a mapping with fraction or run_lengths"):
+        proxy_from({"lengths": [5, 10]}, [100, 200])
