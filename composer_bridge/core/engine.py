@@ -49,7 +49,7 @@ from composer_bridge.core.passes import DEFAULT_PASSES, AlgorithmPass, normalize
 from composer_bridge.core.state import State
 from composer_bridge.core.trace import MAX_CACHED_PLANS, AlgorithmLabels, PlanTraces, Trace, Traces, trace_key
 
-__all__ = ["Engine", "RemovableEventHandle"]
+__all__ = ["Engine", "RemovableEventHandle", "resolve_passes"]
 
 log = logging.getLogger(__name__)
 
@@ -161,6 +161,32 @@ class _Stopwatch:
         self.start = end
 
 
+
+def _insert_pass(passes: list[AlgorithmPass], algorithm_pass: AlgorithmPass, index: int) -> None:
+    if not callable(algorithm_pass) or isinstance(index, bool) or not isinstance(index, int):
+        raise ValueError(
+            f"register_pass({algorithm_pass!r}, index={index!r}): expected one pass (a callable "
+            "(algorithms, event) -> list of algorithms) and an int index; call it once per pass."
+        )
+    if index == -1:
+        passes.append(algorithm_pass)
+    else:
+        passes.insert(index, algorithm_pass)
+
+
+def resolve_passes(algorithm_passes: Any = None) -> list[AlgorithmPass]:
+    """The passes an :class:`Engine` built with ``algorithm_passes`` runs, in order, without building one.
+
+    Examples:
+        >>> from composer_bridge.core.passes import DEFAULT_PASSES
+        >>> resolve_passes() == list(DEFAULT_PASSES)
+        True
+    """
+    passes: list[AlgorithmPass] = list(DEFAULT_PASSES)
+    for algorithm_pass, index in normalize_passes(algorithm_passes):
+        _insert_pass(passes, algorithm_pass, index)
+    return passes
+
 class Engine:
     """Coordinates algorithms, engine callbacks and handlers over a :class:`State`.
 
@@ -242,15 +268,7 @@ class Engine:
 
     def register_pass(self, algorithm_pass: AlgorithmPass, index: int = -1) -> None:
         """Add a pass at ``index`` (``-1``: the end) and forget the cached orders."""
-        if not callable(algorithm_pass) or isinstance(index, bool) or not isinstance(index, int):
-            raise ValueError(
-                f"register_pass({algorithm_pass!r}, index={index!r}): expected one pass (a callable "
-                "(algorithms, event) -> list of algorithms) and an int index; call it once per pass."
-            )
-        if index == -1:
-            self._passes.append(algorithm_pass)
-        else:
-            self._passes.insert(index, algorithm_pass)
+        _insert_pass(self._passes, algorithm_pass, index)
         self._user_passes = True
         self._forget_plans()
 

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from composer_bridge.core.engine import Engine
+from composer_bridge.core.engine import Engine, resolve_passes
 from composer_bridge.core.event import Event
 from composer_bridge.core.logger import Logger
 from composer_bridge.core.passes import AlgorithmPass
@@ -450,7 +450,7 @@ class BridgeRun(ModuleSteps):
     def _passes(self) -> list[AlgorithmPass]:
         if self.engine is not None:
             return self.engine.passes
-        return Engine(State(torch.nn.Module()), algorithm_passes=self.settings.algorithm_passes).passes
+        return resolve_passes(self.settings.algorithm_passes)
 
     def _run_config(self) -> dict[str, Any]:
         algorithms = self.state.algorithms if self.state is not None else self.settings.algorithms
