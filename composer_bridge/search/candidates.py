@@ -224,6 +224,29 @@ def unmet_input_need(algorithm: Algorithm, batch: Any) -> str | None:
     return None
 
 
+def missing_targets(algorithm: Algorithm, batch: Any) -> str | None:
+    """Why ``algorithm`` cannot find the targets it reads (its ``target_key``) in ``batch``; ``None`` if it can.
+
+    Examples:
+        >>> from composer_bridge.algorithms import LabelSmoothing
+        >>> graph_batch = {"x": torch.randn(5, 3), "edge_index": torch.zeros(2, 4, dtype=torch.long), "y": torch.zeros(2)}
+        >>> print(missing_targets(LabelSmoothing(), graph_batch).split(":")[0])
+        LabelSmoothing reads the targets at 1, which batches like this one do not hold
+        >>> missing_targets(LabelSmoothing(target_key="y"), graph_batch) is None
+        True
+    """
+    key = getattr(algorithm, "target_key", None)
+    if key is None:
+        return None
+    try:
+        get_batch_item(batch, key)
+    except (KeyError, IndexError, TypeError, ValueError) as error:
+        return (f"{type(algorithm).__name__} reads the targets at {key!r}, which batches like this one do not hold: "
+                f"{error} (give the candidate target_key=..., e.g. Candidate({type(algorithm).__name__!r}, "
+                "{'target_key': 'y'}))")
+    return None
+
+
 def applicability(candidate: Candidate, module: torch.nn.Module, batch: Any, total_steps: int) -> str | None:
     """Why ``candidate`` cannot apply to ``module`` trained on batches like ``batch``, or ``None`` if it can.
 
@@ -240,7 +263,7 @@ def applicability(candidate: Candidate, module: torch.nn.Module, batch: Any, tot
     from composer_bridge.lightning.plain_loss import check_plain_module
 
     algorithm = candidate.build(total_steps)
-    unmet = unmet_input_need(algorithm, batch)
+    unmet = unmet_input_need(algorithm, batch) or missing_targets(algorithm, batch)
     if unmet is not None:
         return unmet
     if declaring([algorithm], "needs_loss_events") and not isinstance(module, ComposerModuleMixin):

@@ -153,3 +153,17 @@ def test_the_newer_methods_are_default_candidates_offered_where_they_find_someth
     tokens = torch.randint(0, 16, (2, 8))
     assert applicability(muon, GPT(vocab_size=16, block_size=8, d_model=16, n_layers=1, n_heads=2), (tokens, tokens),
                          10) is None
+
+
+def test_an_algorithm_whose_targets_are_not_in_the_batch_is_left_out_with_the_fix_before_any_training() -> None:
+    """A graph batch is a dict without the tuple's index 1: LabelSmoothing and ZLoss would raise in their first
+    step; the check before training says why, and with target_key they apply."""
+    from composer_bridge.search.candidates import applicability
+
+    module = torch.nn.Linear(3, 2)
+    batch = {"x": torch.randn(5, 3), "edge_index": torch.zeros(2, 4, dtype=torch.long), "y": torch.zeros(2)}
+    for name in ("LabelSmoothing", "ZLoss"):
+        why = applicability(Candidate(name), module, batch, 10)
+        assert why is not None and f"{name} reads the targets at 1" in why and "target_key" in why, why
+    assert "reads the targets" not in (applicability(Candidate("LabelSmoothing", {"target_key": "y"}), module, batch, 10)
+                                       or "")
