@@ -22,14 +22,12 @@ and records the loss it saw for checkpoints (:data:`CHECKPOINT_KEY`).
 from __future__ import annotations
 
 import copy
-import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from composer_bridge.core.algorithm import declares
 from composer_bridge.core.batch import get_batch_item, set_batch_item
 from composer_bridge.core.loss_source import LossNotSeenYet
 from composer_bridge.lightning.errors import BridgeConfigurationError
@@ -39,18 +37,20 @@ from composer_bridge.lightning.plain_loss.seen_call import (
     LossCall,
     call_options,
     class_indices_for,
-    flattened_view,
-    not_log_probabilities,
     same_tensor,
     shares_storage,
 )
 from composer_bridge.lightning.plain_loss.setup_refusals import (
-    FIX_SHAPE,
     common_key,
     loss_algorithms,
     names_of,
-    refusal,
 )
+from composer_bridge.lightning.plain_loss.step_diagnostics import (
+    check_batch,
+    log_softmax_of_forward,
+    nothing_seen,
+)
+from composer_bridge.lightning.plain_loss.target_rules import TargetRules
 
 if TYPE_CHECKING:
     from composer_bridge.lightning.steps import ModuleSteps
@@ -135,12 +135,7 @@ class PlainLossStep:
         self.target_key = common_key(needy, "target_key", 1)
         self.input_key = common_key(needy, "input_key", None)  # None: no algorithm reads the inputs
         self._needy = needy
-        self._interpolating = [a for a in needy if declares(a, "interpolates_loss")]
-        # the algorithms that call loss(): not those that only replace the targets
-        self._loss_users = [
-            a for a in needy if declares(a, "interpolates_loss")
-            or not (declares(a, "replaces_targets") or declares(a, "acts_per_position"))
-        ]
+        self.rules = TargetRules(needy, type(module).__name__)
         self._call: LossCall | None = None
         self._several_calls = False
         self._forward_used = False  # SelectiveBackprop ran module(inputs): check that training_step does the same
@@ -148,13 +143,6 @@ class PlainLossStep:
         self._step: _Step | None = None
         self._batch_checked = False
         self._source_used_in_step = False
-        self._log_probabilities_checked = False
-        # LabelSmoothing acts on each target position by itself, so it can act on targets the step derives
-        # (Hugging Face's shifted labels); algorithms that act per sample need the batch's own targets
-        self._per_position_only = all(
-            (declares(a, "replaces_targets") or declares(a, "acts_per_position"))
-            and not declares(a, "mixes_examples") for a in needy
-        )
         self._state = state
         state.loss_source = self
 
@@ -190,7 +178,7 @@ class PlainLossStep:
         call = self._call
         if call is None:
             raise _LossNotSeen(
-                f"{names_of(self._loss_users or self._needy)} needs {type(self.module).__name__}'s loss before its "
+                f"{names_of(self.rules.loss_users or self._needy)} needs {type(self.module).__name__}'s loss before its "
                 "training_step has run once (the bridge learns the loss function and its options from a step, and a "
                 "checkpoint written with the bridge after a step records them)."
             )
@@ -228,7 +216,7 @@ class PlainLossStep:
         in_kwargs = not args
         batch = kwargs["batch"] if in_kwargs else args[0]
         if not self._batch_checked:  # the batch's structure is checked once, in the first step
-            self._check_batch(batch)
+            check_batch(batch, self.module, self._needy, self.target_key, self.input_key)
             self._batch_checked = True
         state.batch = batch
         run.fire_event(BEFORE_FORWARD)
@@ -260,31 +248,6 @@ class PlainLossStep:
             return output
         return {**output, "loss": state.loss} if isinstance(output, Mapping) else state.loss
 
-    def _check_batch(self, batch: Any) -> None:
-        if isinstance(batch, torch.Tensor):
-            raise BridgeConfigurationError(
-                f"{names_of(self._needy)} needs the batch's inputs and targets, but {type(self.module).__name__}'s "
-                f"training_step receives one tensor of shape {tuple(batch.shape)} (no targets to smooth, mix or rank "
-                "by). Fix: have the dataloader yield (inputs, targets) (or a dict, with target_key=...), or remove "
-                "these algorithms."
-            )
-        for what, key in (("targets", self.target_key), ("inputs", self.input_key)):
-            if key is None:
-                continue
-            try:
-                item = get_batch_item(batch, key)
-            except KeyError as error:
-                raise BridgeConfigurationError(
-                    f"{names_of(self._needy)} reads the {what} at {key!r}: {error.args[0]} Fix: pass "
-                    f"target_key=/input_key= naming them, or declare them on the module once: "
-                    f"batch_keys = {{'input_key': ..., 'target_key': ...}}."
-                ) from None
-            if what == "targets" and not isinstance(item, torch.Tensor):
-                raise BridgeConfigurationError(
-                    f"{names_of(self._needy)} needs one tensor of targets at target_key={key!r}, got "
-                    f"{type(item).__name__}. Fix: point target_key at the target tensor."
-                )
-
     def _watch_forward(self, record: _Step) -> Any:
         def seen(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
             if record.forward_output is None and len(args) == 1 and not kwargs and args[0] is record.input:
@@ -295,9 +258,9 @@ class PlainLossStep:
     def _check_step(self, record: _Step, loss: torch.Tensor) -> None:
         name = type(self.module).__name__
         if record.calls == 0:
-            raise BridgeConfigurationError(self._nothing_seen(record))
+            raise BridgeConfigurationError(nothing_seen(self.module, self._needy, self.target_key, record))
         if self._forward_used and not self._forward_checked:
-            if not shares_storage(record.logits, record.forward_output) and not self._log_softmax_of_forward(record):
+            if not shares_storage(record.logits, record.forward_output) and not log_softmax_of_forward(self._call, record):
                 raise BridgeConfigurationError(
                     f"{names_of(self._needy)} ranks the examples with {name}(inputs), but {name}'s training_step does "
                     "not give its loss the output of self(inputs) (it calls a submodule, passes more arguments or "
@@ -306,49 +269,13 @@ class PlainLossStep:
                     "composer_bridge.ComposerModule."
                 )
             self._forward_checked = True
-        if self._interpolating and loss is not record.result:
+        if self.rules.interpolating and loss is not record.result:
             raise BridgeConfigurationError(
-                f"{names_of(self._interpolating)} interpolates the loss between the example's and its partner's targets, "
+                f"{names_of(self.rules.interpolating)} interpolates the loss between the example's and its partner's targets, "
                 f"but {name}'s training_step returns a loss other than the {self._call.kind if self._call else 'loss'} "
                 "call itself (a sum with other terms, a mean of reduction='none', ...), which cannot be interpolated "
                 "exactly. Fix: use interpolate_loss=False (the targets are mixed instead), or return the loss call's value."
             )
-
-    def _log_softmax_of_forward(self, record: _Step) -> bool:
-        """An ``nll_loss`` whose input is ``log_softmax(self(inputs))`` over the classes (checked on the values, once)."""
-        output, logits = record.forward_output, record.logits
-        if self._call is None or self._call.kind != "nll_loss" or not isinstance(output, torch.Tensor):
-            return False
-        if self._call.classes_last and output.ndim > 2:
-            output = output.movedim(-1, 1)
-        if not isinstance(logits, torch.Tensor) or output.shape != logits.shape:
-            return False
-        return bool(torch.allclose(torch.log_softmax(output.detach().float(), dim=1), logits.detach().float(), atol=1e-5))
-
-    def _nothing_seen(self, record: _Step) -> str:
-        name = type(self.module).__name__
-        seen = "; ".join(record.others) if record.others else "no call of cross_entropy, binary_cross_entropy(_with_logits) or nll_loss at all"
-        direct = torch_functions.direct_imports(inspect.getmodule(type(self.module)))
-        hint = (
-            f" Its module imports {', '.join(direct)} by name (from torch.nn.functional import ...): the bridge sees "
-            "calls made through torch.nn.functional (F.cross_entropy) and the nn loss modules."
-            if direct else ""
-        )
-        target = record.target
-        per_sample = [a for a in self._needy if not (declares(a, "replaces_targets") or declares(a, "acts_per_position"))
-                      or declares(a, "mixes_examples")]
-        if record.others and per_sample:
-            hint += (
-                f" {names_of(per_sample)} acts per sample, so it needs the batch's own target tensor (or a view of it: "
-                "y.view(-1)) to map each target back to its sample; targets derived inside the model (Hugging Face "
-                "shifts the labels inside model(**batch).loss) lose that map. LabelSmoothing alone can act on them."
-            )
-        return (
-            f"{names_of(self._needy)} acts on the loss {name}'s training_step computes from the batch's targets "
-            f"(batch[{self.target_key!r}], {tuple(target.shape)} {target.dtype}), but the step computed its loss "
-            f"without passing that tensor to a loss the bridge can see: {seen}.{hint} Derived targets (y.float(), "
-            f"y.view(...) of another shape, targets computed inside the model) cannot be traced back. Fix: {FIX_SHAPE}."
-        )
 
     def _on_loss_call(self, kind: str, function: Callable[..., Any], input: Any, target: Any,
                       args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -368,13 +295,13 @@ class PlainLossStep:
         """How a loss call reads against the step's batch; ``None`` (noted in ``record.others``) when it is not on its targets."""
         if same_tensor(target, record.target):
             return _SeenCall(kind, function, input, target, call_options(kind, function, input, target, args, kwargs))
-        if self._relabelled(kind, input, target, record.target):
+        if self.rules.relabelled(kind, input, target, record.target):
             # y.view(-1) of the batch's (B, T) targets and logits.view(-1, C): the same values laid out as a
             # classifier's (B, C, T) logits and (B, T) targets, so that every position keeps its sample
             options = call_options(kind, function, input, target, args, kwargs)
             laid_out = input.view(*record.target.shape, input.shape[1]).movedim(-1, 1)
             return _SeenCall(kind, function, laid_out, record.target, options, classes_last=True)
-        if not record.calls and self._per_position_only and class_indices_for(kind, input, target, record.target):
+        if not record.calls and self.rules.per_position_only and class_indices_for(kind, input, target, record.target):
             # targets derived inside the step (Hugging Face shifts the labels): per-position algorithms only
             options = call_options(kind, function, input, target, args, kwargs)
             return _SeenCall(kind, function, input, target, options, derived=True)
@@ -397,7 +324,7 @@ class PlainLossStep:
             if seen.derived:  # the algorithms act on the targets this call was given, in the batch's place
                 state.batch = set_batch_item(state.batch, self.target_key, seen.target)
                 record.target = seen.target
-            ignored = self._ignored_positions(kind, options, record.target)
+            ignored = self.rules.ignored_positions(kind, options, record.target)
             if ignored is not None:  # the algorithms see a valid class there; the loss leaves those positions out
                 state.batch = set_batch_item(state.batch, self.target_key, record.target.masked_fill(ignored, 0))
                 shown = get_batch_item(state.batch, self.target_key)
@@ -405,7 +332,7 @@ class PlainLossStep:
             targets = get_batch_item(state.batch, self.target_key)
             if ignored is not None and targets is shown:
                 targets = record.target  # no algorithm replaced them: the call's own index targets
-            self._check_targets(kind, options, record.target, targets, input)
+            self.rules.check_targets(kind, options, record.target, targets, input)
             call = LossCall(kind, seen.function, options, seen.classes_last)
             if self._source_used_in_step and self._call is not None and (call.kind, call.options) != (
                     self._call.kind, self._call.options):
@@ -422,36 +349,14 @@ class PlainLossStep:
         record.logits, record.targets, record.result = input, targets, state.loss
         return state.loss
 
-    def _relabelled(self, kind: str, input: Any, target: Any, batch_target: torch.Tensor) -> bool:
-        """The call's target is the batch's ``(B, T)`` class indices flattened, and its input one row of logits per position."""
-        return (
-            kind in ("cross_entropy", "nll_loss") and not batch_target.dtype.is_floating_point
-            and flattened_view(target, batch_target)
-            and isinstance(input, torch.Tensor) and input.ndim == 2 and input.shape[0] == target.numel()
-        )
-
-    def _ignored_positions(self, kind: str, options: Mapping[str, Any], target: torch.Tensor) -> torch.Tensor | None:
-        """Where the index targets equal the call's ``ignore_index``, when algorithms replace them by probabilities.
-
-        torch ignores those positions only for index targets; with probability targets the bridge
-        leaves them out itself (:func:`~composer_bridge.lightning.plain_loss.seen_call.probability_loss`). Mixing algorithms are refused with an
-        ``ignore_index`` of their own (:func:`_refusal`), so here only position-wise replacements act.
-        """
-        replacing = [a for a in self._needy if declares(a, "replaces_targets")]
-        if kind not in ("cross_entropy", "nll_loss") or target.dtype.is_floating_point or not replacing:
-            return None
-        if any(declares(a, "mixes_examples") for a in replacing):
-            return None
-        return target == options.get("ignore_index", -100)
-
     def _repeat_call(self, record: _Step, kind: str, function: Callable[..., Any], input: Any,
                      options: dict[str, Any]) -> Any:
         """A second loss on the batch's targets (an auxiliary head): the same new targets, or a refusal."""
         name = type(self.module).__name__
         record.calls += 1
         self._several_calls = True
-        if self._interpolating or self._source_used_in_step:
-            users = self._interpolating or self._needy
+        if self.rules.interpolating or self._source_used_in_step:
+            users = self.rules.interpolating or self._needy
             raise BridgeConfigurationError(
                 f"{names_of(users)} needs the step's one loss, but {name}'s training_step computes several from the "
                 "batch's targets. Fix: use interpolate_loss=False / one loss, or subclass composer_bridge.ComposerModule."
@@ -463,26 +368,8 @@ class PlainLossStep:
                 f"where the first had {tuple(record.logits.shape)}; {names_of(self._needy)} made the targets for the "
                 "first. Fix: compute the losses on outputs of one shape, or subclass composer_bridge.ComposerModule."
             )
-        self._check_targets(kind, options, record.target, record.targets, input)
+        self.rules.check_targets(kind, options, record.target, record.targets, input)
         kept = None
         if record.kept is not None and record.targets is not record.target:
             kept = record.target != options.get("ignore_index", -100)
         return LossCall(kind, function, options)(input, record.targets, kept=kept)
-
-    def _check_targets(self, kind: str, options: Mapping[str, Any], original: torch.Tensor, targets: Any,
-                       input: Any) -> None:
-        if targets is original:
-            return
-        to_probabilities = (
-            isinstance(targets, torch.Tensor) and targets.dtype.is_floating_point and not original.dtype.is_floating_point
-        )
-        if not to_probabilities:
-            return
-        replacing = [a for a in self._needy if declares(a, "replaces_targets")] or self._needy
-        where = f"{type(self.module).__name__}'s loss ({kind})"
-        reason = refusal(kind, options, replacing, where)
-        if reason is None and kind == "nll_loss" and not self._log_probabilities_checked:
-            reason = not_log_probabilities(input, names_of(replacing), where)
-            self._log_probabilities_checked = True
-        if reason is not None:
-            raise BridgeConfigurationError(reason)
