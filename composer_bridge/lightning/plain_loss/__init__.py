@@ -22,7 +22,8 @@ package makes such a step fire Composer's loss events, in four parts, read in th
    shows before its first step (a criterion submodule's options, manual optimization, a
    ``forward`` that needs more than the inputs) and cannot be made exact is refused at ``setup``.
 4. **The per-step interception** (:mod:`.step_events`, :class:`PlainLossStep`): ``training_step``
-   wrapped for the run. For one step:
+   wrapped for the run (the targets' rules in :mod:`.target_rules`, its refusals in words in
+   :mod:`.step_diagnostics`). For one step:
 
    a. ``BEFORE_FORWARD`` fires on the batch Lightning passes (MixUp and CutMix mix its inputs),
       and ``training_step`` receives the result;
