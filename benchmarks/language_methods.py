@@ -119,9 +119,12 @@ def check_trains(configs: dict[str, list[Any]], steps: int = 2) -> dict[str, str
     failed = {}
     for name, candidates in configs.items():
         try:
-            execute(fit_task(candidates, steps, 0))
+            outcome = execute(fit_task(candidates, steps, 0))
         except Exception as error:  # noqa: BLE001 - reported and recorded; the other configurations go on
             failed[name] = f"{type(error).__name__}: {error}"
+            continue
+        if outcome.error:  # a fit with candidates that raised comes back as a failed fit, with the error
+            failed[name] = outcome.error
     return failed
 
 

@@ -65,7 +65,7 @@ def test_only_the_lightning_adapter_imports_lightning(layer: str, path: Path) ->
 TOP = {
     "search": ({"composer_bridge", "composer_bridge.algorithms", "composer_bridge.recipes", "composer_bridge.core.algorithm",
                 "composer_bridge.core.batch", "composer_bridge.lightning.package", "composer_bridge.lightning.module",
-                "composer_bridge.lightning.plain_loss"},
+                "composer_bridge.lightning.plain_loss", "composer_bridge.lightning.batch_keys"},
                ("composer_bridge.search",)),
     "hf": ({"composer_bridge", "composer_bridge.surgery", "composer_bridge.lightning.module"},
            ("composer_bridge.hf", "composer_bridge.algorithms")),

@@ -242,8 +242,8 @@ def missing_targets(algorithm: Algorithm, batch: Any) -> str | None:
         get_batch_item(batch, key)
     except (KeyError, IndexError, TypeError, ValueError) as error:
         return (f"{type(algorithm).__name__} reads the targets at {key!r}, which batches like this one do not hold: "
-                f"{error} (give the candidate target_key=..., e.g. Candidate({type(algorithm).__name__!r}, "
-                "{'target_key': 'y'}))")
+                f"{error} (declare them on the module, batch_keys = {{'target_key': ...}}, or give the candidate "
+                f"target_key=..., e.g. Candidate({type(algorithm).__name__!r}, {{'target_key': 'y'}}))")
     return None
 
 
@@ -259,10 +259,12 @@ def applicability(candidate: Candidate, module: torch.nn.Module, batch: Any, tot
     """
     from composer_bridge import State
     from composer_bridge.algorithms import SurgeryAlgorithm
+    from composer_bridge.lightning.batch_keys import give_declared_keys
     from composer_bridge.lightning.module import ComposerModuleMixin
     from composer_bridge.lightning.plain_loss import check_plain_module
 
     algorithm = candidate.build(total_steps)
+    give_declared_keys([algorithm], module)  # the module's batch_keys, as the run gives them at setup
     unmet = unmet_input_need(algorithm, batch) or missing_targets(algorithm, batch)
     if unmet is not None:
         return unmet

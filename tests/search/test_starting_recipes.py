@@ -85,8 +85,12 @@ def test_a_language_recipes_sequence_length_comes_from_the_token_ids_of_a_dict_b
     from composer_bridge.models.gpt import GPT
 
     tokens = torch.randint(0, 32, (4, 16))
-    found = Probe(GPT(vocab_size=32, block_size=16, d_model=16, n_layers=1, n_heads=2),
-                  {"input_ids": tokens, "labels": tokens}, [])
+    model = GPT(vocab_size=32, block_size=16, d_model=16, n_layers=1, n_heads=2)
+    # without knowing where the labels are, ZLoss (in muon-wsd) would fail in its first step: left out, naming the fix
+    usable, left_out = published_starting_recipes(Probe(model, {"input_ids": tokens, "labels": tokens}, []), 100)
+    assert not usable and "ZLoss reads the targets at 1" in left_out["muon-wsd"] and "batch_keys" in left_out["muon-wsd"]
+    model.batch_keys = {"input_key": "input_ids", "target_key": "labels"}  # declared once, as a user's module does
+    found = Probe(model, {"input_ids": tokens, "labels": tokens}, [])
     usable, left_out = published_starting_recipes(found, 100)
     assert set(usable) == {"muon-wsd"}
     assert not any("token sequences" in why for why in left_out.values())
