@@ -25,6 +25,8 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from composer_bridge.search.curves import median_time  # the search's: a failure counts as infinitely slow
+
 __all__ = ["TAU_MAX", "median_time", "profile", "ratios", "score", "speedups", "time_to_target"]
 
 TAU_MAX = 4.0
@@ -40,18 +42,6 @@ def time_to_target(points: Sequence[Mapping[str, float]], target: float, mode: s
                 return None, None
             return int(point["step"]), float(point["cpu_s"])
     return None, None
-
-
-def median_time(times: Sequence[float | None]) -> float:
-    """The median over seeds with a failure (``None``) as infinity; infinity when there is no seed."""
-    values = sorted(math.inf if t is None else t for t in times)
-    if not values:
-        return math.inf
-    middle = len(values) // 2
-    if len(values) % 2:
-        return values[middle]
-    low, high = values[middle - 1], values[middle]
-    return math.inf if math.isinf(high) else (low + high) / 2
 
 
 def ratios(times: Mapping[str, Mapping[str, float]]) -> dict[str, dict[str, float]]:

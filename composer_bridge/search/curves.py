@@ -66,13 +66,17 @@ def fixed_target(curves: Sequence[Sequence[tuple[float, float]]], higher: bool) 
 
 
 def median_time(times: Sequence[float | None]) -> float:
-    """The median of times, ``None`` (never reached) counting as infinitely slow.
+    """The median of times, ``None`` (never reached) counting as infinitely slow; infinity for no time at all.
+
+    The workloads benchmark scores a configuration on a workload with it too.
 
     Examples:
-        >>> median_time([3.0, None, 1.0]), median_time([2.0, 4.0])
-        (3.0, 3.0)
+        >>> median_time([3.0, None, 1.0]), median_time([2.0, 4.0]), median_time([2.0, None]), median_time([])
+        (3.0, 3.0, inf, inf)
     """
     ordered = sorted(math.inf if t is None else t for t in times)
+    if not ordered:
+        return math.inf
     middle = len(ordered) // 2
     return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 

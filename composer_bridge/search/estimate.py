@@ -36,17 +36,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["Estimate", "estimate", "held_out", "needed", "probability_better", "t_cdf", "t_quantile", "z_for"]
-
-
-def z_for(confidence: float) -> float:
-    """The two-sided normal quantile for ``confidence`` (0.9 -> 1.645).
-
-    Examples:
-        >>> round(z_for(0.9), 3), round(z_for(0.8), 3)
-        (1.645, 1.282)
-    """
-    return statistics.NormalDist().inv_cdf(0.5 + confidence / 2)
+__all__ = ["Estimate", "estimate", "held_out", "needed", "probability_better", "t_cdf", "t_quantile"]
 
 
 @dataclass(frozen=True)
@@ -96,10 +86,6 @@ def _pooled(field: Sequence[Sequence[float]]) -> tuple[float, int]:
             num += statistics.variance(scores) * (len(scores) - 1)
             df += len(scores) - 1
     return (num / df if df else 0.0), df
-
-
-def _noise_variance(field: Sequence[Sequence[float]]) -> float:
-    return _pooled(field)[0]
 
 
 def t_cdf(x: float, df: int) -> float:

@@ -160,26 +160,26 @@ class QualityWithin:
 class CurveGoal:
     """What a configuration's curve on one seed is raced against, and when it needs no longer run.
 
-    ``q`` is the baseline's best quality, ``t_base`` the baseline's time to it and ``t_total`` the
-    baseline's training time (its longest run). In the search (``search=True``) a curve stops once it
-    reaches ``q`` (longer runs cannot change its speed-up) or passes ``t_base`` without reaching it (it
-    cannot beat the baseline on that seed). ``beat`` above 1 is the speed-up the curve must beat to
-    matter (the recipe it races, on that seed): a curve whose run of ``t`` seconds has not reached ``q``
-    can end no faster than ``t_base / t`` (its time to ``q`` lies after ``t``), so it stops once
-    ``t >= t_base / beat``. On the confirmation seeds it goes on until it has reached ``q`` *and* passed
-    ``t_total``, so that both answers are measured: the strict speed-up and the best quality within the
-    baseline's training time.
+    ``q`` is the target (the phase's, fixed from the baseline's curves), ``t_base`` the baseline's time
+    to it and ``t_total`` the baseline's training time on the curve's seed (its longest run). In the
+    search (``search=True``) a curve stops once it reaches ``q`` (longer runs cannot change its
+    speed-up) or passes ``t_base`` without reaching it (it cannot beat the baseline on that seed).
+    ``beat`` above 1 is the speed-up the curve must beat to matter (the recipe it races, on that seed):
+    a curve whose run of ``t`` seconds has not reached ``q`` can end no faster than ``t_base / t`` (its
+    time to ``q`` lies after ``t``), so it stops once ``t >= t_base / beat``. On the confirmation seeds
+    it goes on until it has reached ``q`` *and* passed ``t_total``, so that both answers are measured:
+    the strict speed-up and the best quality within the baseline's training time.
 
     Examples:
-        >>> goal = CurveGoal.of([(1.0, 0.5), (2.0, 0.7)], higher_is_better=True, search=True)
-        >>> goal.q, goal.t_base, goal.settled([(1.5, 0.6)]), goal.settled([(0.8, 0.6), (1.6, 0.75)])
-        (0.7, 2.0, None, 'reached Q')
+        >>> goal = CurveGoal(q=0.7, t_base=2.0, t_total=2.0, higher=True, search=True)
+        >>> goal.settled([(1.5, 0.6)]), goal.settled([(0.8, 0.6), (1.6, 0.75)])
+        (None, 'reached Q')
         >>> goal.settled([(2.5, 0.6)])
         "stopped: past the baseline's time to Q"
-        >>> racing = CurveGoal.of([(1.0, 0.5), (2.0, 0.7)], higher_is_better=True, search=True, beat=2.5)
+        >>> racing = CurveGoal(q=0.7, t_base=2.0, t_total=2.0, higher=True, search=True, beat=2.5)
         >>> racing.settled([(0.5, 0.6)]), racing.settled([(0.5, 0.6), (0.8, 0.65)])
         (None, 'stopped: cannot beat 2.50x')
-        >>> confirm = CurveGoal.of([(1.0, 0.5), (2.0, 0.7)], higher_is_better=True, search=False)
+        >>> confirm = CurveGoal(q=0.7, t_base=2.0, t_total=2.0, higher=True, search=False)
         >>> confirm.settled([(0.8, 0.6), (1.6, 0.75)]), confirm.settled([(0.8, 0.6), (1.6, 0.75), (3.2, 0.8)])
         (None, 'reached Q')
     """
@@ -190,14 +190,6 @@ class CurveGoal:
     higher: bool
     search: bool
     beat: float = 1.0
-
-    @classmethod
-    def of(cls, baseline: Curve, higher_is_better: bool, search: bool, beat: float = 1.0) -> CurveGoal:
-        """The goal set by a baseline curve, for a curve of the search (``search=True``) or of the confirmation."""
-        q = best_quality(baseline, higher_is_better)
-        t_base = time_to_reach(baseline, q, higher_is_better)
-        assert t_base is not None
-        return cls(q, t_base, max(t for t, _ in baseline), higher_is_better, search, beat)
 
     def settled(self, points: Curve) -> str | None:
         """Why a curve with these points needs no longer run (``None``: it goes on to the next run length)."""
