@@ -140,6 +140,7 @@ class ScheduleFree(Algorithm):
     unique = True
     owns_optimizer = True
     owns_schedule = True
+    chooses_checkpoint_weights = True
 
     def __init__(self, replace: bool = False, warmup_steps: int = 0, batchnorm_batches: int = 8,
                  input_key: BatchKey = 0) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -83,6 +84,9 @@ class Algorithm(ABC):
     #: Replaces the weights by an average (EMA, SWA): refused beside Lightning's own weight
     #: averaging callbacks; ``plan()`` warns when two such algorithms run together.
     averages_weights: bool = False
+    #: Chooses the weights every checkpoint holds (ScheduleFree: its averaged ones): its
+    #: :meth:`checkpoint_weights` is entered around each save, whoever writes it.
+    chooses_checkpoint_weights: bool = False
     #: Clips the gradients (GradientClipping): refused beside ``Trainer(gradient_clip_val=...)``.
     clips_gradients: bool = False
     #: Changes ``requires_grad`` of the model's parameters (LayerFreezing): the setup checks warn
@@ -126,6 +130,14 @@ class Algorithm(ABC):
     #: The optimizer's closure, evaluated twice per step (SAM): automatic optimization, no fp16
     #: gradient scaler, no gradient accumulation.
     needs_optimizer_closure: bool = False
+
+    def checkpoint_weights(self) -> AbstractContextManager[Any]:
+        """The weights a checkpoint holds while it is written (read when ``chooses_checkpoint_weights``).
+
+        By default the model's weights as they are; override it (a context manager that puts the
+        weights to save in place and back after) together with ``chooses_checkpoint_weights = True``.
+        """
+        return nullcontext()
 
     @abstractmethod
     def match(self, event: Event, state: State) -> bool:
@@ -205,7 +217,7 @@ def check_unique(algorithms: Sequence[Algorithm]) -> None:
     seen: set[str] = set()
     for algorithm in algorithms:
         name = type(algorithm).__name__
-        if algorithm.unique and name in seen:
+        if declares(algorithm, "unique") and name in seen:
             raise ValueError(
                 f"{name} appears more than once in algorithms; it must be unique in a run (two instances would "
                 f"apply it twice). Keep one {name}(...) with the settings you want."

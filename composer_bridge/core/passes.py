@@ -37,6 +37,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from composer_bridge.core.algorithm import declares, declaring
 from composer_bridge.core.event import Event
 
 if TYPE_CHECKING:
@@ -98,11 +99,11 @@ def set_filo_order(algorithms: Sequence[Algorithm], event: Event) -> list[Algori
 
 
 def _runs_first(algorithm: Any) -> bool:
-    return bool(getattr(algorithm, "runs_first", False))
+    return declares(algorithm, "runs_first")
 
 
 def _runs_last(algorithm: Any) -> bool:
-    return bool(getattr(algorithm, "runs_last", False))
+    return declares(algorithm, "runs_last")
 
 
 def sort_selective_backprop_first(algorithms: Sequence[Algorithm], event: Event) -> list[Algorithm]:
@@ -117,7 +118,7 @@ def sort_low_precision_norms_last(algorithms: Sequence[Algorithm], event: Event)
 
 def sort_compile_last(algorithms: Sequence[Algorithm], event: Event) -> list[Algorithm]:
     """Algorithms with ``compiles_model = True`` (Compile) run after all others, surgery included."""
-    return _partition(algorithms, lambda a: bool(getattr(a, "compiles_model", False)), False)
+    return _partition(algorithms, lambda a: declares(a, "compiles_model"), False)
 
 
 def loss_interpolation_conflict(algorithms: Sequence[Any], joiner: str = " and ", where: str = "") -> str | None:
@@ -134,7 +135,7 @@ def loss_interpolation_conflict(algorithms: Sequence[Any], joiner: str = " and "
         >>> loss_interpolation_conflict([Mix(), MixToo()])[:40]
         'Mix and MixToo all interpolate the loss;'
     """
-    mixing = [type(a).__name__ for a in algorithms if getattr(a, "interpolates_loss", False)]
+    mixing = [type(a).__name__ for a in declaring(algorithms, "interpolates_loss")]
     if len(mixing) < 2:
         return None
     return (

@@ -8,8 +8,9 @@ Examples:
     ...     callbacks=[AlgorithmEngineCallback([LabelSmoothing(0.1)])])
 
 This module holds the callback's configuration and its Lightning hooks, nothing else: each hook
-hands itself to the run in progress, a :class:`~composer_bridge.lightning.run.BridgeRun` (state,
-engine, logger, step clock, module hooks, traces, cost, conflicts), which fires the events
+hands itself to the run in progress, a :class:`~composer_bridge.lightning.run.BridgeRun` (its step
+API, training loop and checkpoint part, engine, logger, module hooks, traces, cost, conflicts), or to
+the run's :class:`~composer_bridge.lightning.training_loop.TrainingLoop`, which fire the events
 :data:`~composer_bridge.lightning.hook_map.HOOK_EVENTS` lists for it. What the module calls
 during a step is :class:`~composer_bridge.lightning.steps.ModuleSteps`; what is refused at setup,
 :mod:`~composer_bridge.lightning.setup_checks`; checkpoints,
@@ -37,6 +38,7 @@ from composer_bridge.lightning.package import CALLBACK_BASES
 from composer_bridge.lightning.run import BridgeRun
 from composer_bridge.lightning.run_settings import RunSettings, check_engine_callbacks
 from composer_bridge.lightning.setup_checks import BridgeConfigurationError
+from composer_bridge.lightning.steps import ModuleSteps
 from composer_bridge.lightning.traces import TraceMode, TraceStore
 from composer_bridge.training.checkpoint_state import BridgeCheckpoint, check_known_algorithms
 from composer_bridge.training.cost_report import CostReport
@@ -51,12 +53,16 @@ log = logging.getLogger(__name__)
 
 # Lightning dispatches every hook to every callback (each through a profiler context), but skips a
 # hook that is not callable (_compat.hide_hook). Hooks the bridge never needs stay hidden; the
-# per-step hooks that only fire events are hidden while nothing listens, so an idle bridge
-# receives one hook per step (on_train_batch_end, which keeps the step clock).
+# per-step hooks that only fire events are hidden while the run has no listener
+# (_compat.hook_while reads it at each dispatch), so an idle bridge receives one hook per step
+# (on_train_batch_end, which keeps the step clock).
 _UNUSED_STEP_HOOKS = ("on_before_zero_grad", "on_before_backward")
-_EVENT_ONLY_STEP_HOOKS = ("on_train_batch_start", "on_after_backward", "on_before_optimizer_step")
 # Lightning binds the module's log/log_dict onto every callback: like the run, they are not copied.
 _NOT_COPIED = ("_run", "log", "log_dict")
+
+
+def _listening(callback: AlgorithmEngineCallback) -> bool:
+    return callback._run.listening
 
 
 class AlgorithmEngineCallback(*CALLBACK_BASES):  # type: ignore[misc]
@@ -127,7 +133,7 @@ class AlgorithmEngineCallback(*CALLBACK_BASES):  # type: ignore[misc]
         self._trace_mode = trace_mode
         self._trace_file = trace_file
         self._run = BridgeRun(self._run_settings())  # checks trace_mode and trace_file
-        for name in _UNUSED_STEP_HOOKS + _EVENT_ONLY_STEP_HOOKS:
+        for name in _UNUSED_STEP_HOOKS:
             self._hide(name)
 
     @property
@@ -144,9 +150,9 @@ class AlgorithmEngineCallback(*CALLBACK_BASES):  # type: ignore[misc]
     # the run in progress (run.BridgeRun); copies get a new one
     # ------------------------------------------------------------------------------------------
     @property
-    def steps(self) -> BridgeRun:
+    def steps(self) -> ModuleSteps:
         """The run in progress, as the module-facing step API (:class:`~composer_bridge.lightning.steps.ModuleSteps`)."""
-        return self._run
+        return self._run.steps
 
     @property
     def state(self) -> State | None:
@@ -183,35 +189,19 @@ class AlgorithmEngineCallback(*CALLBACK_BASES):  # type: ignore[misc]
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._run = BridgeRun(self._run_settings())
-        for name in _EVENT_ONLY_STEP_HOOKS:
-            self._hide(name)
 
     def _run_settings(self) -> RunSettings:
         """What a new run uses of this callback (the algorithm list itself: a checkpoint may add to it)."""
         return RunSettings(
             algorithms=self.algorithms, engine_callbacks=self.engine_callbacks, algorithm_passes=self.algorithm_passes,
             seed=self.seed, measure_cost=self.measure_cost, trace_mode=self._trace_mode, trace_file=self._trace_file,
-            checkpoint=self._checkpoint, state_key=self.state_key, show_step_hooks=self._show_step_hooks,
-            reopen_epoch=self._reopen_epoch,
+            checkpoint=self._checkpoint, state_key=self.state_key,
         )
-
-    def _reopen_epoch(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """A fit resumed from an epoch's last batch: that epoch ends and the next starts, through the hooks."""
-        self.on_train_epoch_end(trainer, pl_module)
-        self.on_train_epoch_start(trainer, pl_module)
 
     def _hide(self, name: str) -> None:
         """Hide a hook from Lightning, unless a subclass overrides it (its code then runs as written)."""
         if getattr(type(self), name) is getattr(AlgorithmEngineCallback, name):
             _compat.hide_hook(self, name)
-
-    def _show_step_hooks(self, listening: bool) -> None:
-        """Show the per-step hooks that only fire events while something listens; hide them otherwise."""
-        for name in _EVENT_ONLY_STEP_HOOKS:
-            if listening:
-                _compat.show_hook(self, name)
-            else:
-                self._hide(name)
 
     def run_event(self, event: Event) -> Any:
         """Run ``event`` through the engine now and return its traces."""
@@ -221,7 +211,7 @@ class AlgorithmEngineCallback(*CALLBACK_BASES):  # type: ignore[misc]
 
     def fire_event(self, event: Event) -> None:
         """Run ``event`` through the engine, discarding its traces."""
-        self._run.fire_event(event)
+        self._run.steps.fire_event(event)
 
     # ------------------------------------------------------------------------------------------
     # the hooks: each hands itself to the run
@@ -239,19 +229,24 @@ class AlgorithmEngineCallback(*CALLBACK_BASES):  # type: ignore[misc]
         self._run.fit_start(trainer, pl_module)
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._run.train_start(trainer, pl_module)
+        if self._run.train_start(trainer, pl_module):  # resumed from an epoch's last batch: it ends, the next starts
+            self.on_train_epoch_end(trainer, pl_module)
+            self.on_train_epoch_start(trainer, pl_module)
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._run.train_epoch_start(trainer)
 
+    @_compat.hook_while(_listening)
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int) -> None:
-        self._run.train_batch_start(trainer, batch_idx)
+        self._run.loop.batch_start(trainer, batch_idx)
 
+    @_compat.hook_while(_listening)
     def on_after_backward(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._run.after_backward(trainer)
+        self._run.loop.after_backward(trainer)
 
+    @_compat.hook_while(_listening)
     def on_before_optimizer_step(self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: Any) -> None:
-        self._run.before_optimizer_step(optimizer)
+        self._run.loop.before_optimizer_step(optimizer)
 
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
@@ -259,7 +254,7 @@ class AlgorithmEngineCallback(*CALLBACK_BASES):  # type: ignore[misc]
         self._run.train_batch_end(trainer, batch)
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._run.train_epoch_end(trainer)
+        self._run.loop.epoch_end(trainer)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._run.train_end(trainer)

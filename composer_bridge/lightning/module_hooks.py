@@ -50,10 +50,7 @@ class ModuleHooks:
         >>> from composer_bridge import ComposerClassifier
         >>> module = ComposerClassifier(torch.nn.Linear(2, 2), num_classes=2)
         >>> from composer_bridge.lightning.steps import ModuleSteps
-        >>> class Run(ModuleSteps):  # nothing listens: only the checkpoint hook is installed
-        ...     state, listening = None, False
-        ...     def before_checkpoint_load(self, checkpoint): pass
-        >>> hooks = ModuleHooks(module, Run())
+        >>> hooks = ModuleHooks(module, ModuleSteps())  # nothing listens: only the checkpoint hook is installed
         >>> "on_load_checkpoint" in vars(module)
         True
         >>> hooks.remove()
@@ -123,11 +120,8 @@ class ModuleHooks:
 
         def backward_hook(loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
             state = run.state
-            if state is not None:
-                for algorithm in state.algorithms:  # a plain loop: this runs every step
-                    if algorithm.backwards_create_graph:
-                        kwargs.setdefault("create_graph", True)
-                        break
+            if state is not None and declaring(state.algorithms, "backwards_create_graph"):
+                kwargs.setdefault("create_graph", True)
             return backward(loss, *args, **kwargs)
 
         self._patches.set("backward", backward_hook)

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from typing import TYPE_CHECKING, Any
 
+from composer_bridge.core.algorithm import declaring
 from composer_bridge.core.state import State
 from composer_bridge.lightning import _compat
 
@@ -58,11 +59,12 @@ def hand_over(trainer: L.Trainer, state: State, fire_fit_start: Callable[[], Non
 def write_checkpoints_with(trainer: L.Trainer, algorithms: Sequence[Any]) -> None:
     """Every checkpoint ``trainer`` writes holds the weights the algorithms' ``checkpoint_weights()`` choose.
 
-    An algorithm that defines ``checkpoint_weights()`` (a context manager: ScheduleFree's puts the
-    optimizer in eval mode, so the averaged weights are saved, and back after) is entered around each
-    save, whoever calls it (``ModelCheckpoint``, the user, a preemption handler).
+    The ``checkpoint_weights()`` of an algorithm that declares ``chooses_checkpoint_weights`` (a
+    context manager: ScheduleFree's puts the optimizer in eval mode, so the averaged weights are
+    saved, and back after) is entered around each save, whoever calls it (``ModelCheckpoint``, the
+    user, a preemption handler).
     """
-    choosers = [a.checkpoint_weights for a in algorithms if callable(getattr(a, "checkpoint_weights", None))]
+    choosers = [a.checkpoint_weights for a in declaring(algorithms, "chooses_checkpoint_weights")]
     if choosers:
         _compat.wrap_checkpoint_saves(trainer, lambda: _entered(choosers))
 

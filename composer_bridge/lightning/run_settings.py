@@ -1,8 +1,9 @@
-"""What a run needs of the callback that owns it: the callback's configuration, and two handles back to it.
+"""What a run needs of the callback that owns it: the callback's configuration, and no handle back to it.
 
 :class:`~composer_bridge.AlgorithmEngineCallback` builds one :class:`RunSettings` for each run it
 starts (:class:`~composer_bridge.lightning.run.BridgeRun`); the run reads these fields and nothing
-else of the callback.
+else of the callback. What the callback must do in answer to the run (show its per-step hooks
+while something listens, reopen an epoch a fit resumed at its end) it reads from the run.
 
 Examples:
     >>> from composer_bridge.algorithms import LabelSmoothing
@@ -14,7 +15,6 @@ Examples:
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -26,13 +26,9 @@ from composer_bridge.lightning.traces import TraceMode
 from composer_bridge.training.checkpoint_state import BridgeCheckpoint
 
 if TYPE_CHECKING:  # hints name lightning.pytorch's classes; pytorch_lightning's work the same (package.py)
-    import lightning as L
+    pass
 
 __all__ = ["RunSettings", "check_engine_callbacks"]
-
-
-def _hooks_unchanged(listening: bool) -> None:
-    """A run without a callback (a test, a doctest) has no hooks to show or hide."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,9 +46,6 @@ class RunSettings:
         trace_file: a file for the text trace, or ``None``.
         checkpoint: the callback's checkpoint rules and a restore waiting for setup (kept across its runs).
         state_key: the key of the callback's entry in a Lightning checkpoint's ``"callbacks"``.
-        show_step_hooks: shows (``True``) or hides the callback's per-step hooks.
-        reopen_epoch: the callback's ``on_train_epoch_end`` then ``on_train_epoch_start``, for a fit
-            resumed from an epoch's last batch (``None``: the run's own).
     """
 
     algorithms: list[Algorithm]
@@ -64,8 +57,6 @@ class RunSettings:
     trace_file: str | os.PathLike[str] | None = None
     checkpoint: BridgeCheckpoint = field(default_factory=BridgeCheckpoint)
     state_key: str = "AlgorithmEngineCallback"
-    show_step_hooks: Callable[[bool], None] = _hooks_unchanged
-    reopen_epoch: Callable[[L.Trainer, L.LightningModule], None] | None = None
 
 
 def check_engine_callbacks(callbacks: object) -> list[EngineCallback]:

@@ -11,20 +11,18 @@ bridge from inside the module instead:
   :meth:`~ModuleSteps.fire_event`, and read :attr:`~ModuleSteps.listening` and :attr:`~ModuleSteps.state`.
 
 Every event fired here comes from :data:`~composer_bridge.lightning.hook_map.HOOK_EVENTS`. The
-run (:class:`~composer_bridge.lightning.run.BridgeRun`) implements this API; the module holds it
-weakly (:func:`~composer_bridge.lightning.module.attach_run`), so a run that is dropped leaves
-the module training as a plain LightningModule.
+run (:class:`~composer_bridge.lightning.run.BridgeRun`) holds one :class:`ModuleSteps` and
+connects it to its state and engine; the module holds it weakly
+(:func:`~composer_bridge.lightning.module.attach_run`), so a run that is dropped leaves the
+module training as a plain LightningModule.
 
 Examples:
     >>> import torch
-    >>> from composer_bridge.core import Engine, Event, State
-    >>> from composer_bridge.training.step_clock import StepClock
-    >>> class Steps(ModuleSteps):  # the smallest run: a state, a clock and an engine to fire into
-    ...     def __init__(self, state):
-    ...         self.state, self.clock, self.listening = state, StepClock(), True
-    ...         self._fire_event = Engine(state).fire
+    >>> from composer_bridge.core import Engine, State
     >>> model = torch.nn.Linear(2, 1)
-    >>> steps = Steps(State(model))
+    >>> state = State(model)
+    >>> steps = ModuleSteps()
+    >>> steps.connect(state, Engine(state).fire)  # a state, and an engine to fire into
     >>> class Module(torch.nn.Module):
     ...     def forward(self, batch):
     ...         return model(batch[0])
@@ -56,17 +54,31 @@ _TRAIN_STEP_EVENTS = HOOK_EVENTS["training_step"]
 class ModuleSteps:
     """The calls a module makes into the bridge during a step; each fires the events of one table row.
 
-    A subclass provides ``state``, ``clock``, ``listening`` and ``_fire_event`` (the engine's
-    ``fire``, once there is an engine), and implements :meth:`before_checkpoint_load`.
+    It holds what those calls read: the run's :attr:`state` and :attr:`clock`, whether anything
+    :attr:`listening`, and the engine's ``fire`` (:meth:`connect`). What the checkpoint hook does
+    before the weights load is the run's: it is given as ``before_load``.
+
+    Args:
+        before_load: called by :meth:`before_checkpoint_load` with the checkpoint (``None``: nothing to do).
     """
 
-    #: the run's state (``None`` before setup)
-    state: State | None
-    #: micro-batches and steps of the training loop
-    clock: StepClock
-    #: whether anything listens (while not, the per-step events are not fired)
-    listening: bool
-    _fire_event: Callable[[Event], Any]
+    def __init__(self, before_load: Callable[[dict[str, Any]], None] | None = None) -> None:
+        #: the run's state (``None`` before setup)
+        self.state: State | None = None
+        #: micro-batches and steps of the training loop
+        self.clock = StepClock()
+        #: whether anything listens (while not, the per-step events are not fired)
+        self.listening = False
+        self._fire_event: Callable[[Event], Any] = _not_set_up
+        self._before_load = before_load
+
+    def connect(self, state: State, fire: Callable[[Event], Any] | None = None) -> None:
+        """Serve ``state``; fire events through ``fire`` (an engine's ``fire``; ``None`` keeps the current one)."""
+        if self.state is not state:
+            self.state = state
+            self.clock = StepClock(state)
+        if fire is not None:
+            self._fire_event = fire
 
     def fire_event(self, event: Event) -> None:
         """Run ``event`` through the engine, discarding its traces."""
@@ -128,4 +140,9 @@ class ModuleSteps:
 
     def before_checkpoint_load(self, checkpoint: dict[str, Any]) -> None:
         """The module's ``on_load_checkpoint``, before the weights load: BEFORE_LOAD, then check the checkpoint fits."""
-        raise NotImplementedError
+        if self._before_load is not None:
+            self._before_load(checkpoint)
+
+
+def _not_set_up(event: Event) -> Any:
+    raise RuntimeError("AlgorithmEngineCallback.run_event was called before Trainer setup.")

@@ -9,7 +9,7 @@ import inspect
 from composer_bridge.lightning.hook_map import HOOK_EVENTS
 
 # The modules that fire events from Lightning's hooks (the callback's and those installed on the module).
-FIRING = ["callback", "run", "steps", "module_hooks", "plain_loss.step_events"]
+FIRING = ["callback", "run", "training_loop", "run_checkpoint", "steps", "module_hooks", "plain_loss.step_events"]
 
 
 def _tree(name: str) -> ast.Module:

@@ -110,10 +110,9 @@ class PlainLossStep:
         >>> from composer_bridge.algorithms import LabelSmoothing
         >>> from composer_bridge.core import Engine
         >>> from composer_bridge.lightning.steps import ModuleSteps
-        >>> class Run(ModuleSteps):  # the smallest run: a state and an engine to fire into
-        ...     def __init__(self, state):
-        ...         self.state, self._fire_event = state, Engine(state).fire
-        >>> run = Run(State(torch.nn.Linear(2, 2), algorithms=[LabelSmoothing(0.5)]))
+        >>> state = State(torch.nn.Linear(2, 2), algorithms=[LabelSmoothing(0.5)])
+        >>> run = ModuleSteps()
+        >>> run.connect(state, Engine(state).fire)  # the smallest run: a state and an engine to fire into
         >>> def training_step(batch, batch_idx):
         ...     x, y = batch
         ...     return torch.nn.functional.cross_entropy(torch.zeros(2, 2), y)
