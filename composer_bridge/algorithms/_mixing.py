@@ -22,7 +22,36 @@ from composer_bridge.core.batch import BatchKey, set_batch_item
 if TYPE_CHECKING:
     from composer_bridge.core.state import State
 
-__all__ = ["check_alpha", "loss_against", "require_floating_inputs", "require_tensors"]
+__all__ = ["LossOrTargetMixing", "check_alpha", "loss_against", "require_floating_inputs", "require_tensors"]
+
+
+class LossOrTargetMixing:
+    """The one setting of MixUp and CutMix that decides two capabilities, so that the two cannot disagree.
+
+    ``interpolate_loss`` is Composer's argument; what it makes the algorithm declare is read from
+    it: ``interpolates_loss`` (a second loss, against the partners' targets) or ``replaces_targets``
+    (probability targets at ``BEFORE_LOSS``). Changing ``interpolate_loss`` after construction
+    changes both.
+
+    Examples:
+        >>> from composer_bridge.algorithms import MixUp
+        >>> mixup = MixUp(interpolate_loss=True)
+        >>> mixup.interpolates_loss, mixup.replaces_targets
+        (True, False)
+        >>> mixup.interpolate_loss = False
+        >>> mixup.interpolates_loss, mixup.replaces_targets
+        (False, True)
+    """
+
+    interpolate_loss: bool
+
+    @property
+    def interpolates_loss(self) -> bool:  # the capability (core.algorithm.CAPABILITIES)
+        return self.interpolate_loss
+
+    @property
+    def replaces_targets(self) -> bool:  # the capability (core.algorithm.CAPABILITIES)
+        return not self.interpolate_loss
 
 
 def check_alpha(alpha: float, name: str, default: float) -> None:

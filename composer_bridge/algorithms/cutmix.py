@@ -27,6 +27,7 @@ import torch
 from composer_bridge.algorithms._boxes import Box, random_box
 from composer_bridge.algorithms._draws import random_permutation, sample_beta
 from composer_bridge.algorithms._mixing import (
+    LossOrTargetMixing,
     check_alpha,
     loss_against,
     require_floating_inputs,
@@ -125,7 +126,7 @@ def _is_dense(target: torch.Tensor, input: torch.Tensor) -> bool:
     return target.ndim > 2 and target.shape[-2:] == input.shape[-2:]
 
 
-class CutMix(Algorithm):
+class CutMix(LossOrTargetMixing, Algorithm):
     """Train on images with a box pasted in from a partner image, and targets mixed by area.
 
     At ``BEFORE_FORWARD`` a random pairing and one box per micro-batch are drawn from the run's
@@ -169,8 +170,6 @@ class CutMix(Algorithm):
                 raise TypeError(f"CutMix({name}={value!r}): must be True or False.")
         self.alpha = alpha
         self.interpolate_loss = interpolate_loss
-        self.interpolates_loss = interpolate_loss
-        self.replaces_targets = not interpolate_loss  # probability targets at BEFORE_LOSS
         self.uniform_sampling = uniform_sampling
         self.input_key = input_key
         self.target_key = target_key

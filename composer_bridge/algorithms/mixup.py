@@ -22,6 +22,7 @@ import torch
 
 from composer_bridge.algorithms._draws import random_permutation, sample_beta
 from composer_bridge.algorithms._mixing import (
+    LossOrTargetMixing,
     check_alpha,
     loss_against,
     require_floating_inputs,
@@ -88,7 +89,7 @@ def mixup_batch(
     return mixed, target[indices], mixing
 
 
-class MixUp(Algorithm):
+class MixUp(LossOrTargetMixing, Algorithm):
     """Train on convex combinations of example pairs and of their targets.
 
     At ``BEFORE_FORWARD`` the inputs become ``(1 - m) * x + m * x[perm]`` with one ``m`` per
@@ -129,8 +130,6 @@ class MixUp(Algorithm):
             raise TypeError(f"MixUp(interpolate_loss={interpolate_loss!r}): must be True or False.")
         self.alpha = alpha
         self.interpolate_loss = interpolate_loss
-        self.interpolates_loss = interpolate_loss
-        self.replaces_targets = not interpolate_loss  # probability targets at BEFORE_LOSS
         self.input_key = input_key
         self.target_key = target_key
         self.mixing = 0.0
