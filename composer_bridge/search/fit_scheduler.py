@@ -36,7 +36,7 @@ from composer_bridge.search.settings import SearchSettings
 from composer_bridge.search.state import SearchState
 from composer_bridge.search.trial import FitRecord
 
-__all__ = ["FitScheduler"]
+__all__ = ["FitScheduler", "baseline_run_seconds"]
 
 class _InFlight(enum.Enum):
     """The state of a fit submitted to the executor and not back yet."""
@@ -169,14 +169,7 @@ class FitScheduler:
     def baseline_run(self) -> float | None:
         """One baseline run on the search's clock (every run length on one search seed, mean over the seeds),
         once every search seed's baseline curve is in; ``None`` before."""
-        lengths, seeds = self.settings.lengths("search"), self.settings.search_seeds
-        runs = []
-        for seed in seeds:
-            fits = [f for f in self.search_fits if not f.config and f.seed == seed]
-            if len(fits) < len(lengths):
-                return None
-            runs.append(sum(f.seconds for f in fits))
-        return sum(runs) / len(runs)
+        return baseline_run_seconds(self.search_fits, self.settings.search_seeds, len(self.settings.lengths("search")))
 
     def max_seconds(self) -> float | None:
         """The time budget: ``max_train_seconds``, or ``max_baseline_runs`` baseline runs once they are known."""
@@ -374,3 +367,25 @@ class FitScheduler:
         self.progress.set_postfix_str(f"{record.phase} fits {len(self.search_fits)}+{len(self.confirm_fits)}, "
                                       f"{'+'.join(record.config) or 'baseline'} seed {record.seed} @{record.steps}",
                                       refresh=True)
+
+
+def baseline_run_seconds(fits: Sequence[FitRecord], seeds: Sequence[int], lengths: int | None = None) -> float | None:
+    """One baseline run on the fits' clock: the baseline fits of one seed summed, the mean over the seeds that have any.
+
+    With ``lengths``, ``None`` unless every seed has that many baseline fits (its whole curve); without, ``None``
+    only when no seed has one.
+
+    Examples:
+        >>> from composer_bridge.search.trial import FitRecord
+        >>> fits = [FitRecord([], seed, n, 0.5, float(n), float(n), float(n), "search") for seed in (0, 1) for n in (2, 4)]
+        >>> baseline_run_seconds(fits, [0, 1]), baseline_run_seconds(fits, [0, 1], lengths=3)
+        (6.0, None)
+    """
+    runs = []
+    for seed in seeds:
+        mine = [f for f in fits if not f.config and f.seed == seed]
+        if lengths is not None and len(mine) < lengths:
+            return None
+        if mine:
+            runs.append(sum(f.seconds for f in mine))
+    return sum(runs) / len(runs) if runs else None

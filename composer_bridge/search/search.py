@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import statistics
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -30,7 +29,7 @@ from composer_bridge.search.candidates import Candidate, as_candidates
 from composer_bridge.search.cost import SearchCost
 from composer_bridge.search.errors import SearchInputError
 from composer_bridge.search.executor import Executor, InProcessExecutor
-from composer_bridge.search.fit_scheduler import FitScheduler
+from composer_bridge.search.fit_scheduler import FitScheduler, baseline_run_seconds
 from composer_bridge.search.greedy import GreedySearch, mean_score
 from composer_bridge.search.proxy import Proxy
 from composer_bridge.search.results import BudgetExhausted, SearchResult, config_name
@@ -285,9 +284,7 @@ def _progress_bar(progress: bool, max_fits: int | None, max_seconds: float | Non
 
 def _cost(settings: SearchSettings, fits: FitScheduler) -> SearchCost:
     max_fits, max_seconds, state = settings.max_fits, fits.max_seconds(), fits.state
-    baseline_runs = [sum(f.seconds for f in fits.search_fits if not f.config and f.seed == s)
-                     for s in settings.search_seeds]
-    one_baseline = statistics.mean(baseline_runs) if baseline_runs else float("nan")
+    one_baseline = baseline_run_seconds(fits.search_fits, settings.search_seeds)
     search_s = fits.spent()
     confirm_s = sum(f.seconds for f in fits.confirm_fits)
     used = fits.used_fits()
@@ -296,16 +293,14 @@ def _cost(settings: SearchSettings, fits: FitScheduler) -> SearchCost:
     # scheduler could know): paid for, so part of the cost, though no decision rests on them
     read = {id(f) for f in used}
     unread = [f for f in state.fits if id(f) not in read] if fits.trained else []
-    confirm_runs = [sum(f.seconds for f in fits.confirm_fits if not f.config and f.seed == s)
-                    for s in settings.confirm_seeds]
-    confirm_runs = [r for r in confirm_runs if r > 0]
-    full_run = statistics.mean(confirm_runs) if confirm_runs else None
+    full_run = baseline_run_seconds(fits.confirm_fits, settings.confirm_seeds)
     budget = max_seconds if max_seconds is not None else (search_s if max_fits is not None else float("nan"))
     overhead = state.overhead_cpu_s if settings.clock == "cpu" else state.overhead_s
     return SearchCost(
         clock=settings.clock, clock_means=CLOCKS[settings.clock],
         search_fits=len(fits.search_fits), confirm_fits=len(fits.confirm_fits),
-        search_train=search_s, confirm_train=confirm_s, baseline_run=one_baseline,
+        search_train=search_s, confirm_train=confirm_s,
+        baseline_run=one_baseline if one_baseline is not None else float("nan"),
         search_unread_fits=len(unread), search_unread_train=sum(f.seconds for f in unread),
         max_fits=max_fits, max_train=max_seconds, max_baseline_runs=settings.max_baseline_runs,
         full_baseline_run=full_run,  # with a proxy, the search's cost in these is what a user at full size pays

@@ -133,7 +133,6 @@ class PlainLossStep:
         needy = loss_algorithms(state.algorithms)
         self.target_key = common_key(needy, "target_key", 1)
         self.input_key = common_key(needy, "input_key", None)  # None: no algorithm reads the inputs
-        self._needy = needy
         self.rules = TargetRules(needy, type(module).__name__)
         self._call: LossCall | None = None
         self._several_calls = False
@@ -158,7 +157,7 @@ class PlainLossStep:
             outputs = self.module(inputs)
         except Exception as error:
             raise BridgeConfigurationError(
-                f"{names_of(self._needy)} runs {type(self.module).__name__}'s forward on the batch's inputs alone "
+                f"{names_of(self.rules.needy)} runs {type(self.module).__name__}'s forward on the batch's inputs alone "
                 f"(module(batch[{self.input_key!r}])) to rank the examples, and it failed ({type(error).__name__}: "
                 f"{error}). Fix: make forward(inputs) return the logits training_step gives its loss, or subclass "
                 "composer_bridge.ComposerModule (forward(batch) and loss(outputs, batch))."
@@ -177,13 +176,13 @@ class PlainLossStep:
         call = self._call
         if call is None:
             raise _LossNotSeen(
-                f"{names_of(self.rules.loss_users or self._needy)} needs {type(self.module).__name__}'s loss before its "
+                f"{names_of(self.rules.loss_users or self.rules.needy)} needs {type(self.module).__name__}'s loss before its "
                 "training_step has run once (the bridge learns the loss function and its options from a step, and a "
                 "checkpoint written with the bridge after a step records them)."
             )
         if self._several_calls:
             raise BridgeConfigurationError(
-                f"{names_of(self._needy)} needs the step's one loss, but {type(self.module).__name__}'s training_step "
+                f"{names_of(self.rules.needy)} needs the step's one loss, but {type(self.module).__name__}'s training_step "
                 "computes several from the batch's targets. Fix: use interpolate_loss=False / one loss, or subclass "
                 "composer_bridge.ComposerModule."
             )
@@ -215,7 +214,7 @@ class PlainLossStep:
         in_kwargs = not args
         batch = kwargs["batch"] if in_kwargs else args[0]
         if not self._batch_checked:  # the batch's structure is checked once, in the first step
-            check_batch(batch, self.module, self._needy, self.target_key, self.input_key)
+            check_batch(batch, self.module, self.rules.needy, self.target_key, self.input_key)
             self._batch_checked = True
         state.batch = batch
         run.fire_event(BEFORE_FORWARD)
@@ -257,11 +256,11 @@ class PlainLossStep:
     def _check_step(self, record: _Step, loss: torch.Tensor) -> None:
         name = type(self.module).__name__
         if record.calls == 0:
-            raise BridgeConfigurationError(nothing_seen(self.module, self._needy, self.target_key, record))
+            raise BridgeConfigurationError(nothing_seen(self.module, self.rules.needy, self.target_key, record))
         if self._forward_used and not self._forward_checked:
             if not shares_storage(record.logits, record.forward_output) and not log_softmax_of_forward(self._call, record):
                 raise BridgeConfigurationError(
-                    f"{names_of(self._needy)} ranks the examples with {name}(inputs), but {name}'s training_step does "
+                    f"{names_of(self.rules.needy)} ranks the examples with {name}(inputs), but {name}'s training_step does "
                     "not give its loss the output of self(inputs) (it calls a submodule, passes more arguments or "
                     "transforms the output), so the ranking would come from another function. Fix: compute "
                     "logits = self(x) in training_step, or pass SelectiveBackprop(loss_fn=...) and subclass "
@@ -336,7 +335,7 @@ class PlainLossStep:
             if self._source_used_in_step and self._call is not None and (call.kind, call.options) != (
                     self._call.kind, self._call.options):
                 raise BridgeConfigurationError(
-                    f"{names_of(self._needy)} ranked this step's examples with {self._call.kind}{self._call.options}, "
+                    f"{names_of(self.rules.needy)} ranked this step's examples with {self._call.kind}{self._call.options}, "
                     f"but the step computes {kind}{options}. Fix: compute the same loss in every step."
                 )
             self._call = call
@@ -355,7 +354,7 @@ class PlainLossStep:
         record.calls += 1
         self._several_calls = True
         if self.rules.interpolating or self._source_used_in_step:
-            users = self.rules.interpolating or self._needy
+            users = self.rules.interpolating or self.rules.needy
             raise BridgeConfigurationError(
                 f"{names_of(users)} needs the step's one loss, but {name}'s training_step computes several from the "
                 "batch's targets. Fix: use interpolate_loss=False / one loss, or subclass composer_bridge.ComposerModule."
@@ -364,7 +363,7 @@ class PlainLossStep:
             shape = tuple(input.shape) if isinstance(input, torch.Tensor) else type(input).__name__
             raise BridgeConfigurationError(
                 f"{name}'s training_step computes a second loss from the batch's targets, on outputs of shape {shape} "
-                f"where the first had {tuple(record.logits.shape)}; {names_of(self._needy)} made the targets for the "
+                f"where the first had {tuple(record.logits.shape)}; {names_of(self.rules.needy)} made the targets for the "
                 "first. Fix: compute the losses on outputs of one shape, or subclass composer_bridge.ComposerModule."
             )
         self.rules.check_targets(kind, options, record.target, record.targets, input)
