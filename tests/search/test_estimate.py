@@ -18,7 +18,6 @@ import pytest
 
 from composer_bridge.search import Proxy
 from composer_bridge.search.candidates import Candidate
-from composer_bridge.search.curves import fixed_target
 from composer_bridge.search.estimate import estimate, needed, probability_better
 from composer_bridge.search.executor import RAISED, FitOutcome
 from composer_bridge.search.fit_scheduler import FitScheduler
@@ -91,17 +90,6 @@ def _search(truth: dict[str, float], noise_sd: float, seed: int, *, confidence: 
                               finalist_seeds=(2,))
     executor = SimExecutor(truth, noise_sd, random.Random(seed), raises=raises, proxy_truth=proxy_truth)
     return GreedySearch(settings, FitScheduler(settings, SearchState(None, {}), executor))
-
-
-def test_the_target_is_fixed_once_for_every_seed_of_a_phase() -> None:
-    # The baseline's bests are 0.8 and 0.7: Q = 0.7 on both seeds; T = the mean of the baseline's times to it.
-    curves = [[(10, 0.5), (20, 0.8)], [(10, 0.6), (20, 0.7)]]
-    assert fixed_target(curves, higher=True) == (0.7, pytest.approx((10 + 10 * 0.2 / 0.3 + 20) / 2))
-    # A lucky seed does not move it: with a third seed far better, Q is the median best, not the lucky one.
-    q, _ = fixed_target([*curves, [(10, 0.95), (20, 0.99)]], higher=True)
-    assert q == 0.8
-    # For a loss, lower is better: the worse of two bests is the higher one.
-    assert fixed_target([[(10, 2.0), (20, 1.0)], [(10, 2.0), (20, 1.5)]], higher=False)[0] == 1.5
 
 
 def test_a_noisy_race_does_not_pick_the_luckiest_of_many_equal_configurations() -> None:
