@@ -6,6 +6,7 @@ Composer's names and argument order (``smooth_labels``, ``mixup_batch``, ``apply
 # Each algorithm module adds one import line below and its name to __all__ (keep both sorted).
 from composer_bridge.algorithms.alibi import apply_alibi
 from composer_bridge.algorithms.augmix import augmix_image
+from composer_bridge.algorithms.batch_size_warmup import set_batch_size
 from composer_bridge.algorithms.blurpool import apply_blurpool
 from composer_bridge.algorithms.channels_last import apply_channels_last
 from composer_bridge.algorithms.colout import colout_batch
@@ -69,6 +70,7 @@ __all__: list[str] = [
     "schedule_free_counterpart",
     "select_using_loss",
     "set_batch_sequence_length",
+    "set_batch_size",
     "should_selective_backprop",
     "smooth_labels",
     "wsd_multiplier",

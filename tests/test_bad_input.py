@@ -16,6 +16,14 @@ REQUIRED = {"Alibi": {"max_sequence_length": 64}, "GradientClipping": {"clipping
 BAD: dict[str, list[tuple[str, Any]]] = {
     "Alibi": [("max_sequence_length", 0), ("max_sequence_length", "long")],
     "AugMix": [("severity", 11), ("width", 0), ("alpha", 0.0), ("depth", 0)],
+    "BatchSizeWarmup": [
+        ("duration", 0),
+        ("duration", 2.0),
+        ("initial", 0.0),
+        ("initial", 1.5),
+        ("multiple_of", 0),
+        ("multiple_of", 2.5),
+    ],
     "BlurPool": [("min_channels", -1), ("replace_convs", "yes")],
     "ColOut": [("p_row", 1.5), ("p_col", -0.1)],
     "CutMix": [("alpha", -1.0), ("alpha", "big")],

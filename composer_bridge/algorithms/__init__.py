@@ -17,6 +17,7 @@ from composer_bridge.algorithms._surgery import replace_modules as replace_modul
 from composer_bridge.algorithms.alibi import Alibi
 from composer_bridge.algorithms.augmix import AugmentAndMixTransform as AugmentAndMixTransform
 from composer_bridge.algorithms.augmix import AugMix
+from composer_bridge.algorithms.batch_size_warmup import BatchSizeWarmup
 from composer_bridge.algorithms.blurpool import BlurPool
 from composer_bridge.algorithms.channels_last import ChannelsLast
 from composer_bridge.algorithms.colout import ColOut
@@ -56,6 +57,7 @@ from composer_bridge.algorithms.z_loss import ZLoss
 __all__: list[str] = [
     "Alibi",
     "AugMix",
+    "BatchSizeWarmup",
     "BlurPool",
     "ChannelsLast",
     "Compile",

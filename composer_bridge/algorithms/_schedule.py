@@ -2,10 +2,11 @@
 
 :func:`parse_time_hparam` takes time strings in chosen units (EMA, SWA); :func:`schedule_point`
 takes a fraction of the run or a time string in ``dur``/``ep``/``ba`` (ProgressiveResizing,
-SelectiveBackprop, StochasticDepth, SeqLengthWarmup); :func:`fraction_of_run` and
-:func:`elapsed_fraction` place such points in a run. :func:`in_unit` (and :func:`steps_of`, its
-form for optimizer steps) is the one place where epochs and batches are converted, with the
-run's ``dataloader_len`` (optimizer steps per epoch).
+SelectiveBackprop, StochasticDepth, SeqLengthWarmup, BatchSizeWarmup); :func:`fraction_of_run` and
+:func:`elapsed_fraction` place such points in a run, and :func:`warmup_steps` counts a warmup's
+length in optimizer steps. :func:`in_unit` (and :func:`steps_of`, its form for optimizer steps) is
+the one place where epochs and batches are converted, with the run's ``dataloader_len``
+(optimizer steps per epoch).
 
 Examples:
     >>> from composer_bridge.core.time import TimeUnit
@@ -29,7 +30,15 @@ from composer_bridge.core.time import Time, TimeUnit
 if TYPE_CHECKING:
     from composer_bridge.core.state import State
 
-__all__ = ["elapsed_fraction", "fraction_of_run", "in_unit", "parse_time_hparam", "schedule_point", "steps_of"]
+__all__ = [
+    "elapsed_fraction",
+    "fraction_of_run",
+    "in_unit",
+    "parse_time_hparam",
+    "schedule_point",
+    "steps_of",
+    "warmup_steps",
+]
 
 
 def parse_time_hparam(owner: str, name: str, value: object, units: tuple[TimeUnit, ...], example: str = "") -> Time:
@@ -104,6 +113,32 @@ def in_unit(time: Time, unit: TimeUnit, state: State) -> float | None:
 def steps_of(time: Time, state: State) -> float | None:
     """``time`` (``ba``, ``ep`` or ``dur``) in optimizer steps, or ``None`` when it cannot be known (:func:`in_unit`)."""
     return in_unit(time, TimeUnit.BATCH, state)
+
+
+def warmup_steps(duration: Time, state: State, owner: str, name: str = "duration") -> int:
+    """How many optimizer steps a warmup of ``duration`` (``dur``, ``ep`` or ``ba``) lasts in this run.
+
+    Shared by the warmups (SeqLengthWarmup, BatchSizeWarmup) so they count a run alike. Raises
+    ``ValueError`` naming ``owner`` and the fix where the run's length (for a fraction) or its
+    steps per epoch (for epochs) are unknown.
+    """
+    total = state.max_duration
+    if duration.unit == TimeUnit.DURATION:
+        if total is None:
+            raise ValueError(
+                f"{owner}'s {name} is a fraction of the run, but the run has no max_duration: set the "
+                f"Trainer's max_steps or max_epochs, or give {name} in batches ('500ba')."
+            )
+        if total.unit not in (TimeUnit.BATCH, TimeUnit.EPOCH):
+            raise ValueError(
+                f"{owner} cannot schedule against max_duration={total}; use max_steps or max_epochs."
+            )
+    steps = steps_of(duration, state)
+    if steps is None:  # only epochs are left to convert, and the steps per epoch are unknown
+        if duration.unit == TimeUnit.EPOCH:
+            raise ValueError(f"{owner}({name} in epochs) needs the number of steps per epoch.")
+        raise ValueError(f"{owner} needs the number of steps per epoch to schedule in fractions.")
+    return int(steps)
 
 
 def fraction_of_run(point: Time, state: State, where: str) -> float:

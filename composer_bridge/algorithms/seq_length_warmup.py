@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from composer_bridge.algorithms._schedule import schedule_point, steps_of
+from composer_bridge.algorithms._schedule import schedule_point, warmup_steps
 from composer_bridge.core.algorithm import Algorithm
 from composer_bridge.core.event import Event
 from composer_bridge.core.time import TimeUnit
@@ -184,23 +184,7 @@ class SeqLengthWarmup(Algorithm):
         return self._duration.unit == TimeUnit.DURATION
 
     def _warmup_steps(self, state: State) -> int:
-        total = state.max_duration
-        if self._duration.unit == TimeUnit.DURATION:
-            if total is None:
-                raise ValueError(
-                    "SeqLengthWarmup's duration is a fraction of the run, but the run has no max_duration: set the "
-                    "Trainer's max_steps or max_epochs, or give duration in batches ('500ba')."
-                )
-            if total.unit not in (TimeUnit.BATCH, TimeUnit.EPOCH):
-                raise ValueError(
-                    f"SeqLengthWarmup cannot schedule against max_duration={total}; use max_steps or max_epochs."
-                )
-        steps = steps_of(self._duration, state)
-        if steps is None:  # only epochs are left to convert, and the steps per epoch are unknown
-            if self._duration.unit == TimeUnit.EPOCH:
-                raise ValueError("SeqLengthWarmup(duration in epochs) needs the number of steps per epoch.")
-            raise ValueError("SeqLengthWarmup needs the number of steps per epoch to schedule in fractions.")
-        return int(steps)
+        return warmup_steps(self._duration, state, "SeqLengthWarmup")
 
     def match(self, event: Event, state: State) -> bool:
         return event == Event.AFTER_DATALOADER

@@ -10,6 +10,7 @@ import torch
 
 import composer_bridge.algorithms._schedule as schedule_module
 from composer_bridge.algorithms import (
+    BatchSizeWarmup,
     ProgressiveResizing,
     SelectiveBackprop,
     SeqLengthWarmup,
@@ -24,6 +25,7 @@ SCHEDULED = [
     (SelectiveBackprop, "start"),
     (StochasticDepth, "drop_warmup"),
     (SeqLengthWarmup, "duration"),
+    (BatchSizeWarmup, "duration"),
 ]
 
 
@@ -93,6 +95,7 @@ def test_every_scheduled_algorithm_counts_the_run_in_the_same_steps() -> None:
     assert steps_of(Time(1.0, "dur"), state) == 120
     assert SeqLengthWarmup(duration=0.25)._warmup_steps(state) == 30
     assert SeqLengthWarmup(duration="2ep")._warmup_steps(state) == 80
+    assert BatchSizeWarmup(duration=0.25)._warmup_steps(state) == 30
     assert GyroDropout()._total_steps(state) == 120
     assert fraction_of_run(Time(30, "ba"), state, "Owner") == 0.25
     assert EMA(half_life="0.25dur").smoothing_for(state) == 2.0 ** (-1 / 30)

@@ -44,6 +44,7 @@ from composer_bridge.algorithms import (
     SWA,
     Alibi,
     AugMix,
+    BatchSizeWarmup,
     BlurPool,
     ChannelsLast,
     ColOut,
@@ -221,6 +222,8 @@ CASES: dict[str, Case] = {
     "CutMix": (lambda: [CutMix(alpha=1.0)], Classifier, image_loader),
     "CutOut": (lambda: [CutOut(length=0.5)], Classifier, image_loader),
     "ZLoss": (lambda: [ZLoss(coefficient=0.05)], Classifier, image_loader),
+    # 8 examples per rank and step: 2, 4 and 6 kept over the first 3 of the 4 steps, then all 8
+    "BatchSizeWarmup": (lambda: [BatchSizeWarmup(duration="3ba", initial=0.25)], Classifier, image_loader),
     # weights / optimizer / schedule
     "EMA": (lambda: [EMA(half_life="2ba")], Classifier, image_loader),
     "SWA": (lambda: [SWA(swa_start="0.25dur", swa_end="0.75dur", update_interval="1ba")], Classifier, image_loader),

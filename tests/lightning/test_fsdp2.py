@@ -34,7 +34,16 @@ SURGERY = {"BlurPool": "BlurConv2d", "SqueezeExcite": "SqueezeExciteConv2d", "Fa
            "LowPrecisionGroupNorm": "LPGroupNorm", "LowPrecisionLayerNorm": "LPLayerNorm",
            "Alibi": "AlibiCausalSelfAttention", "GyroDropout": "GyroDropoutLayer", "QKNorm": "QKNormProjection"}
 #: batch and loss algorithms on the image classifier (whose training inputs are recorded)
-BATCH_AND_LOSS = ["LabelSmoothing", "MixUp", "CutMix", "CutOut", "SelectiveBackprop", "ProgressiveResizing", "ZLoss"]
+BATCH_AND_LOSS = [
+    "LabelSmoothing",
+    "MixUp",
+    "CutMix",
+    "CutOut",
+    "SelectiveBackprop",
+    "ProgressiveResizing",
+    "ZLoss",
+    "BatchSizeWarmup",
+]
 SEQUENCE = ["SeqLengthWarmup"]  # on the language model
 WEIGHTS = ["EMA", "SWA", "LayerFreezing", "SAM", "GradientClipping-norm", "GradientClipping-value",
            "GradientClipping-adaptive"]
@@ -110,8 +119,17 @@ def test_batch_and_loss_algorithms_draw_per_rank_as_under_ddp(runs: list[dict[st
         assert inputs == [runs[r]["cases"][f"{case}/ddp"]["train_inputs"] for r in (0, 1)], case
         assert inputs[0] != inputs[1], case  # ... and ranks differ, as under DDP
     plain = runs[0]["cases"]["LabelSmoothing/fsdp2"]["train_inputs"]  # the inputs before any mixing
-    for case in ("MixUp", "CutMix", "CutOut", "RandAugment", "AugMix", "ColOut", "SelectiveBackprop",
-                 "ProgressiveResizing"):
+    for case in (
+        "MixUp",
+        "CutMix",
+        "CutOut",
+        "RandAugment",
+        "AugMix",
+        "ColOut",
+        "SelectiveBackprop",
+        "ProgressiveResizing",
+        "BatchSizeWarmup",
+    ):
         assert runs[0]["cases"][f"{case}/fsdp2"]["train_inputs"] != plain, f"{case} did not change the batch"
     for case in SEQUENCE:
         _params_match_ddp(runs, case)

@@ -66,6 +66,8 @@ OVERRIDES: dict[str, tuple[Any, tuple[Any, Any]]] = {
     "LowPrecisionLayerNorm": (library.LowPrecisionLayerNorm if hasattr(library, "LowPrecisionLayerNorm") else None, TOKENS),
     "SeqLengthWarmup": (lambda: library.SeqLengthWarmup(duration=0.5, min_seq_length=4, max_seq_length=SEQ,
                                                         step_size=4), TOKENS),
+    # 0.7 of the 9 steps: steps 0-5 are trimmed, so both resumption points (steps 3 and 4) fall inside the warmup
+    "BatchSizeWarmup": (lambda: library.BatchSizeWarmup(duration=0.7, initial=0.25), VISION),
     "EMA": (lambda: library.EMA(half_life="2ba"), VISION),
     "SWA": (lambda: library.SWA(swa_start="0.3dur", swa_end="0.9dur", update_interval="1ba"), VISION),
     "LayerFreezing": (lambda: library.LayerFreezing(freeze_start=0.2, freeze_level=0.6), VISION),
@@ -154,7 +156,9 @@ def test_recipes_resume_exactly(tmp_path: Path) -> None:
         assert algorithms
 
 
-@pytest.mark.parametrize("name", ["LabelSmoothing", "MixUp", "EMA", "LayerFreezing", "ProgressiveResizing"])
+@pytest.mark.parametrize(
+    "name", ["LabelSmoothing", "MixUp", "EMA", "LayerFreezing", "ProgressiveResizing", "BatchSizeWarmup"]
+)
 def test_resumption_from_a_mid_epoch_checkpoint_is_exact_with_a_resumable_loader(name: str, tmp_path: Path) -> None:
     factory, _ = case(name)
     data = image_loader(n=48, batch_size=16).dataset
