@@ -12,15 +12,15 @@ Examples:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields
-from typing import Any
+
+from composer_bridge.search._mapping import FieldsMapping
 
 __all__ = ["SearchCost"]
 
 
 @dataclass(frozen=True, kw_only=True)
-class SearchCost(Mapping[str, Any]):
+class SearchCost(FieldsMapping):
     """The cost of one search (times on the search's clock: CPU seconds, wall seconds or steps).
 
     Attributes:
@@ -73,21 +73,6 @@ class SearchCost(Mapping[str, Any]):
         """The search's training time in full-size baseline runs (with a proxy: what a full-size user pays)."""
         return self.search_train / self.full_baseline_run if self.full_baseline_run else None
 
-    def as_dict(self) -> dict[str, Any]:
-        """Every number, the derived ones included (for JSON and W&B)."""
-        return dict(self.items())
-
     def _keys(self) -> list[str]:
         return [f.name for f in fields(self)] + ["search_in_baseline_runs", "search_trained_in_baseline_runs",
                                                  "search_in_full_runs"]
-
-    def __getitem__(self, key: str) -> Any:
-        if key not in self._keys():
-            raise KeyError(key)
-        return getattr(self, key)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._keys())
-
-    def __len__(self) -> int:
-        return len(self._keys())

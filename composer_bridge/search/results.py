@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from composer_bridge.search.candidates import Candidate
 from composer_bridge.search.cost import SearchCost
 from composer_bridge.search.estimate import Estimate
+from composer_bridge.search.recorded_settings import RecordedSettings
 from composer_bridge.search.scoring import QualityWithin, SpeedUp
 from composer_bridge.search.trial import FitRecord
 
@@ -64,6 +64,8 @@ class SearchResult:
         cost: training time and fits of the search and of the confirmation, the budget, the
             search's cost in baseline-run equivalents and its own overhead (a
             :class:`~composer_bridge.search.cost.SearchCost`; ``cost["search_fits"]`` reads it too).
+        settings: the settings the search ran with, as its state file records them (a
+            :class:`~composer_bridge.search.recorded_settings.RecordedSettings`; ``settings["clock"]`` reads it too).
         quality_within_baseline_time: the second answer, for a goal of quality rather than time: the
             best quality reached within the baseline's training time (its longest run) on each
             confirmation seed, keyed ``"baseline"``, ``"recipe"`` (the search's pick) and each
@@ -85,7 +87,7 @@ class SearchResult:
     curves: list[CurveResult]
     steps: list[str]
     cost: SearchCost
-    settings: dict[str, Any]
+    settings: RecordedSettings
     candidates: list[Candidate] = field(default_factory=list)
     stopped_by_budget: bool = False
     quality_within_baseline_time: dict[str, QualityWithin] = field(default_factory=dict)

@@ -32,6 +32,7 @@ from composer_bridge.search.executor import Executor, InProcessExecutor
 from composer_bridge.search.fit_scheduler import FitScheduler, baseline_run_seconds
 from composer_bridge.search.greedy import GreedySearch, mean_score
 from composer_bridge.search.proxy import Proxy
+from composer_bridge.search.recorded_settings import RecordedSettings
 from composer_bridge.search.results import BudgetExhausted, SearchResult, config_name
 from composer_bridge.search.settings import SearchSettings
 from composer_bridge.search.state import SearchState
@@ -177,7 +178,7 @@ def _search(make_module: Callable[..., Any], make_data: Callable[[int], Any], *,
         starting_recipes={name: tuple(c.label for c in recipe) for name, recipe in starts.items()},
         confidence=confidence, proxy=proxy, finalist_seeds=tuple(finalists))
     recorded = _recorded_settings(settings, mode, extra)
-    state = SearchState(Path(state_dir) / "search.json" if state_dir is not None else None, recorded)
+    state = SearchState(Path(state_dir) / "search.json" if state_dir is not None else None, recorded.as_dict())
     runner = _executor(executor)
     bar = _progress_bar(progress, max_fits, max_train_seconds, clock)
     # the confirmation's baselines, which idle workers of a speculating executor may train early: they are read
@@ -229,22 +230,20 @@ def _search(make_module: Callable[..., Any], make_data: Callable[[int], Any], *,
     )
 
 
-def _recorded_settings(settings: SearchSettings, mode: str, extra: Mapping[str, list[Candidate]]) -> dict[str, Any]:
+def _recorded_settings(settings: SearchSettings, mode: str, extra: Mapping[str, list[Candidate]]) -> RecordedSettings:
     """The settings as the state file and the result record them (a state with other ones is refused)."""
-    return {
-        "monitor": settings.monitor, "mode": mode, "run_lengths": list(settings.run_lengths),
-        "search_seeds": list(settings.search_seeds), "confirm_seeds": list(settings.confirm_seeds),
-        "clock": settings.clock, "min_gain": settings.min_gain, "confidence": settings.confidence,
-        "finalist_seeds": list(settings.finalist_seeds),
-        "candidates": [[c.label, c.algorithm, dict(c.kwargs)] for c in settings.candidates],
-        "search_candidates": list(settings.search_pool),
-        "also_confirm": {name: [c.label for c in recipe] for name, recipe in extra.items()},
-        "trainer_kwargs": {k: repr(v) for k, v in sorted(settings.trainer_kwargs.items())},
-        # Only when there are any: a state saved before starting recipes existed loads when none apply.
-        **({"starting_recipes": {name: list(labels) for name, labels in settings.starting_recipes.items()}}
-           if settings.starting_recipes else {}),
-        **({"proxy": settings.proxy.describe()} if settings.proxy is not None else {}),
-    }
+    return RecordedSettings(
+        monitor=settings.monitor, mode=mode, run_lengths=list(settings.run_lengths),
+        search_seeds=list(settings.search_seeds), confirm_seeds=list(settings.confirm_seeds),
+        clock=settings.clock, min_gain=settings.min_gain, confidence=settings.confidence,
+        finalist_seeds=list(settings.finalist_seeds),
+        candidates=[[c.label, c.algorithm, dict(c.kwargs)] for c in settings.candidates],
+        search_candidates=list(settings.search_pool),
+        also_confirm={name: [c.label for c in recipe] for name, recipe in extra.items()},
+        trainer_kwargs={k: repr(v) for k, v in sorted(settings.trainer_kwargs.items())},
+        starting_recipes={name: list(labels) for name, labels in settings.starting_recipes.items()} or None,
+        proxy=settings.proxy.describe() if settings.proxy is not None else None,
+    )
 
 
 def _starting_recipes(requested: Mapping[str, Sequence[Candidate | str]] | None, probe: checks.Probe,
