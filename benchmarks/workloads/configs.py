@@ -8,6 +8,8 @@
   default candidate's ``lr=0.02``): all three together wherever Muon applies, each alone on the language models;
 * ScheduleFree in place of the AdamW and its schedule (:func:`schedule_free`), where the ``schedulefree``
   package is installed and it applies;
+* BatchSizeWarmup with its defaults (a quarter of each batch at first, the whole batch after 10 % of the
+  run), where it applies (:data:`BATCH_SIZE_WARMUP`);
 * every published recipe (:mod:`composer_bridge.recipes`) that applies whole, named ``recipe:<name>``;
 * ``search``: the recipe search's pick, added once the search has run (:mod:`run_workloads`).
 
@@ -26,7 +28,7 @@ from composer_bridge.search import DEFAULT_CANDIDATES, Candidate
 from composer_bridge.search.candidates import applicability
 from composer_bridge.search.checks import Probe, published_starting_recipes
 
-__all__ = ["MUON_VARIANTS", "as_spec", "configurations", "schedule_free"]
+__all__ = ["BATCH_SIZE_WARMUP", "MUON_VARIANTS", "as_spec", "configurations", "schedule_free"]
 
 #: Muon's variants, each alone and all together, measured where Muon applies.
 MUON_VARIANTS = {
@@ -36,6 +38,9 @@ MUON_VARIANTS = {
     "Muon+all three": Candidate("Muon", {"lr": 0.02, "ns_coefficients": "polar_express", "normuon": True,
                                          "cautious_weight_decay": True}),
 }
+
+#: The batch-size schedule with its defaults, measured on every workload it applies to (not a default candidate).
+BATCH_SIZE_WARMUP = Candidate("BatchSizeWarmup")
 
 
 def schedule_free(total_steps: int) -> Candidate:
@@ -79,6 +84,11 @@ def configurations(workload: Any, lr: float, total_steps: int) -> tuple[dict[str
             configs["ScheduleFree"] = as_spec([extra])
         else:
             left_out["ScheduleFree"] = why
+        why = applicability(BATCH_SIZE_WARMUP, module, batch, total_steps)
+        if why is None:
+            configs["BatchSizeWarmup"] = as_spec([BATCH_SIZE_WARMUP])
+        else:
+            left_out["BatchSizeWarmup"] = why
         if "Muon" in configs:  # all three variants wherever Muon applies; each alone on the language models
             configs.update({name: as_spec([candidate]) for name, candidate in MUON_VARIANTS.items()
                             if name == "Muon+all three" or workload.family == "language"})
