@@ -36,21 +36,17 @@ _EXPECTED = (
 )
 
 
-def _first_tensor(batch: Any) -> torch.Tensor | None:
-    """The first tensor with at least one dimension: dict values in order, tuple items in order, depth first."""
+def _first_dims(batch: Any, path: str = "batch") -> list[tuple[str, int]]:
+    """``(where, first dimension)`` of every tensor with at least one dimension, in order, depth first."""
     if isinstance(batch, torch.Tensor):
-        return batch if batch.ndim >= 1 else None
+        return [(path, int(batch.shape[0]))] if batch.ndim >= 1 else []
     if isinstance(batch, Mapping):
-        items: Any = batch.values()
+        items: Any = ((f"{path}[{key!r}]", value) for key, value in batch.items())
     elif isinstance(batch, (list, tuple)):
-        items = batch
+        items = ((f"{path}[{i}]", value) for i, value in enumerate(batch))
     else:
-        return None
-    for item in items:
-        found = _first_tensor(item)
-        if found is not None:
-            return found
-    return None
+        return []
+    return [found for where, item in items for found in _first_dims(item, where)]
 
 
 def _describe(batch: Any) -> str:
@@ -67,30 +63,41 @@ def _describe(batch: Any) -> str:
 
 
 def batch_size_of(batch: Any) -> int:
-    """The number of examples in ``batch``: the first dimension of its first tensor that has one.
+    """The number of examples in ``batch``: the first dimension its tensors share.
 
-    Tensors are looked for in order (dict values in insertion order, tuple and list items in
-    order, nested containers depth first); 0-d tensors do not count. Where tensors disagree,
-    the first one decides (:func:`set_batch_size` then leaves the others whole).
+    Every tensor with at least one dimension must hold one row per example (0-d tensors do not
+    count). A batch whose tensors disagree is refused: which of them hold the examples cannot be
+    told, and cutting the wrong ones would train on a broken batch (a graph batch, whose node
+    and edge tensors hold several examples' rows, is such a batch).
 
     Raises:
-        ValueError: the batch holds no tensor with at least one dimension (it names the batch's
-            type, what is expected and the fix).
+        ValueError: the batch holds no tensor with at least one dimension, or its tensors' first
+            dimensions disagree (it names the batch, each tensor's first dimension and the fix).
 
     Examples:
         >>> import torch
-        >>> batch_size_of({"loss_weight": torch.tensor(0.5), "x": torch.zeros(6, 3), "y": torch.zeros(2)})
+        >>> batch_size_of({"loss_weight": torch.tensor(0.5), "x": torch.zeros(6, 3), "y": torch.zeros(6)})
         6
     """
-    first = _first_tensor(batch)
-    if first is None:
+    dims = _first_dims(batch)
+    if not dims:
         raise ValueError(
             "BatchSizeWarmup (set_batch_size) needs the batch's examples along the first dimension of its tensors; "
             f"got {_describe(batch)}, with no tensor of at least one dimension. Expected {_EXPECTED}. Fix: let the "
             "DataLoader collate the examples into tensors (its default collate_fn does), or leave BatchSizeWarmup "
             "out for this data."
         )
-    return int(first.shape[0])
+    sizes = {size for _, size in dims}
+    if len(sizes) > 1:
+        shown = ", ".join(f"{where}: {size}" for where, size in dims[:8]) + (", ..." if len(dims) > 8 else "")
+        raise ValueError(
+            "BatchSizeWarmup (set_batch_size) keeps the first examples of every tensor of the batch, so every tensor "
+            f"must hold one row per example; this batch's tensors disagree on their first dimension ({shown}), so "
+            "which hold the examples cannot be told (a graph batch, whose node and edge tensors hold several "
+            "examples' rows, is such a batch). Fix: collate the batch so that every tensor has one row per example, "
+            "or leave BatchSizeWarmup out for this data."
+        )
+    return sizes.pop()
 
 
 def _cut(value: Any, full: int, n: int) -> Any:
@@ -113,11 +120,12 @@ def _cut(value: Any, full: int, n: int) -> Any:
 def set_batch_size(batch: Any, n: int) -> Any:
     """Keep the first ``n`` examples of ``batch``: each tensor whose first dimension is ``B`` becomes ``[:n]``.
 
-    The batch size ``B`` is :func:`batch_size_of` (the first dimension of the batch's first tensor).
+    The batch size ``B`` is :func:`batch_size_of` (the first dimension the batch's tensors share; a batch
+    whose tensors disagree is refused).
     ``batch`` is a tensor, a dict (any ``Mapping``), or a tuple or list (named tuples included),
     nested ones too; a new batch of the same kind is returned and ``batch`` is not changed.
-    Tensors whose first dimension is not ``B``, 0-d tensors and everything that is not a tensor
-    (strings, numbers, lists of file names) are kept as they are. With ``n >= B`` the batch itself
+    0-d tensors and everything that is not a tensor (strings, numbers, lists of file names) are kept
+    as they are. With ``n >= B`` the batch itself
     is returned.
 
     Args:
@@ -125,7 +133,8 @@ def set_batch_size(batch: Any, n: int) -> Any:
         n: how many examples to keep, an int ``>= 1``.
 
     Raises:
-        ValueError: ``n`` is not an int ``>= 1``, or the batch holds no tensor with at least one dimension.
+        ValueError: ``n`` is not an int ``>= 1``, the batch holds no tensor with at least one dimension, or
+            its tensors disagree on their first dimension.
 
     Examples:
         >>> import torch

@@ -30,12 +30,12 @@ Pair = namedtuple("Pair", "inputs targets")
 # --- the functional form against explicit slicing --------------------------------------------------
 def test_a_dict_batch_keeps_the_first_n_rows_of_every_tensor_of_the_batch_size() -> None:
     x, y, mask = torch.randn(6, 3, 4), torch.arange(6), torch.ones(6, 4)
-    weight, table = torch.tensor(0.5), torch.randn(5, 2)  # 0-d, and a first dimension other than 6
-    batch = {"x": x, "y": y, "mask": mask, "weight": weight, "table": table, "name": "digits"}
+    weight = torch.tensor(0.5)  # 0-d: no examples
+    batch = {"x": x, "y": y, "mask": mask, "weight": weight, "name": "digits"}
     cut = set_batch_size(batch, 2)
     for key in ("x", "y", "mask"):
         assert torch.equal(cut[key], batch[key][:2]), key
-    assert cut["weight"] is weight and cut["table"] is table and cut["name"] == "digits"
+    assert cut["weight"] is weight and cut["name"] == "digits"
     assert list(cut) == list(batch)
     assert batch["x"] is x and batch["y"].shape == (6,), "the input batch is unchanged"
 
@@ -60,11 +60,14 @@ def test_a_single_tensor_and_nested_containers_are_cut_like_slicing() -> None:
     assert type(keyed) is defaultdict and keyed.default_factory is list and torch.equal(keyed["x"], x[:4])
 
 
-def test_the_first_tensor_decides_the_batch_size_when_they_disagree() -> None:
-    first, second = torch.zeros(4, 3), torch.zeros(6, 3)
-    assert batch_size_of((torch.tensor(1.0), first, second)) == 4  # a 0-d tensor has no examples
-    cut = set_batch_size((first, second), 2)
-    assert cut[0].shape == (2, 3) and cut[1] is second
+def test_a_batch_whose_tensors_disagree_is_refused_naming_each_first_dimension() -> None:
+    assert batch_size_of((torch.tensor(1.0), torch.zeros(4, 3), torch.zeros(4))) == 4  # a 0-d tensor has no examples
+    # a graph batch: node features, an edge index, the graph of each node, one label per graph
+    graphs = {"x": torch.zeros(7, 3), "edge_index": torch.tensor([[0, 5], [6, 1]]), "batch": torch.zeros(7),
+              "y": torch.zeros(2)}
+    with pytest.raises(ValueError, match=r"disagree on their first dimension \(batch\['x'\]: 7, "
+                                         r"batch\['edge_index'\]: 2, batch\['batch'\]: 7, batch\['y'\]: 2\).*Fix"):
+        set_batch_size(graphs, 1)
 
 
 def test_keeping_as_many_examples_as_the_batch_has_returns_the_batch_itself() -> None:
