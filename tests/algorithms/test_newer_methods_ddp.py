@@ -1,5 +1,9 @@
-"""QKNorm on fused-qkv attention and Compile, on 2 processes (gloo): every rank ends with the same weights, and
-they are the weights one process reaches on the whole batch (each rank trains on half of it)."""
+"""The newer methods on 2 processes (gloo).
+
+QKNorm on fused-qkv attention and Compile: every rank ends with the same weights, and they are the weights one
+process reaches on the whole batch (each rank trains on half of it). ScheduleFree on a plain module with
+BatchNorm: every rank ends with the same averaged weights, and each recomputes the statistics from its own
+last batches' inputs, as documented (the bridge adds no communication of its own)."""
 
 from __future__ import annotations
 
@@ -55,3 +59,57 @@ def test_ddp_two_processes_train_fused_qknorm_compiled_as_one_process_does(tmp_p
         single, ResumableLoader(dataset(), batch_size=16))  # each step's two half-batches together
     for name, value in single.named_parameters():
         torch.testing.assert_close(ranks[0][name], value.detach(), rtol=0, atol=1e-5)
+
+
+BATCHNORM_SCRIPT = """
+import os
+import torch
+from helpers.support import L, ResumableLoader, image_dataset, quiet_trainer, weights_of
+from composer_bridge import AlgorithmEngineCallback
+from composer_bridge.algorithms import ScheduleFree
+from algorithms.test_schedule_free_plain_batchnorm import PlainResNet
+
+class Recording(PlainResNet):
+    def training_step(self, batch, batch_idx):
+        self.inputs.append(batch[0].clone())
+        return super().training_step(batch, batch_idx)
+
+model = Recording()
+model.inputs = []
+rank = int(os.environ.get("LOCAL_RANK", 0))
+checkpoint = L.callbacks.ModelCheckpoint(dirpath=".", every_n_train_steps=4, save_top_k=-1)
+trainer = quiet_trainer(strategy="ddp", devices=2, max_steps=4, max_epochs=-1, use_distributed_sampler=False,
+                        callbacks=[AlgorithmEngineCallback([ScheduleFree(batchnorm_batches=2)], seed=1), checkpoint],
+                        enable_checkpointing=True)
+trainer.fit(model, ResumableLoader(image_dataset(n=64), batch_size=8, rank=rank, world_size=2))
+torch.save({"weights": weights_of(model), "inputs": model.inputs[-2:]}, f"rank{trainer.global_rank}.pt")
+"""
+
+
+@pytest.mark.timeout(300)
+def test_ddp_schedule_free_on_a_plain_batchnorm_module_recomputes_each_ranks_statistics_at_x(tmp_path: Path) -> None:
+    from algorithms.test_schedule_free_plain_batchnorm import PlainResNet
+    from helpers.support import run_ddp_script, weights_of
+
+    pytest.importorskip("schedulefree")
+    result = run_ddp_script(BATCHNORM_SCRIPT, tmp_path)
+    assert result.returncode == 0, result.stderr[-4000:]
+    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
+    params = {name for name, _ in PlainResNet().named_parameters()}
+    assert_same_weights(*({k: v for k, v in r["weights"].items() if k in params} for r in ranks))
+    for rank in ranks:  # by hand: at x, a plain average of the statistics over this rank's last 2 inputs
+        expected = PlainResNet()
+        expected.load_state_dict(rank["weights"])
+        norms = [m for m in expected.modules() if isinstance(m, torch.nn.BatchNorm2d)]
+        for m in norms:
+            m.reset_running_stats()
+            m.momentum = None
+        expected.train()
+        with torch.no_grad():
+            for x in rank["inputs"]:
+                expected(x)
+        assert_same_weights(weights_of(expected), rank["weights"])
+    stats = [k for k in ranks[0]["weights"] if k.endswith("running_mean")]
+    assert any(not torch.equal(ranks[0]["weights"][k], ranks[1]["weights"][k]) for k in stats)  # each its own
+    saved = torch.load(tmp_path / "epoch=0-step=4.ckpt", weights_only=True)["state_dict"]
+    assert_same_weights(ranks[0]["weights"], saved)  # the checkpoint holds rank 0's model at x
