@@ -50,6 +50,7 @@ class Settings:
     search_lengths: tuple[float, ...] = (0.25, 0.5, 1.0)  #: the search's run lengths, as fractions of B
     #: the search's budget in its own baseline runs (every run length on one seed), timed from the tuning fits
     search_budget_runs: float = 30.0
+    search_screen: float | None = 1 / 3  #: the search's first look (search_recipe's ``screen``)
     #: the proxy search: the same search at this fraction of every run length, confirmed at full size (None: none)
     proxy_fraction: float | None = 0.25
     search_kwargs: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
@@ -69,6 +70,7 @@ class SearchSpec:
     finalist_seeds: tuple[int, ...] = ()
     budget_runs: float | None = None  #: the budget in the search's own baseline runs
     proxy_fraction: float | None = None  #: search at this fraction of the run lengths, confirm at full size
+    screen: float | None = None  #: search_recipe's ``screen`` (``None``: every configuration raced in full)
 
     @property
     def name(self) -> str:
@@ -81,8 +83,9 @@ class SearchSpec:
         budget += "" if self.budget_runs is None else f"|{self.budget_runs:g} runs"
         extra = f"|finalists {list(self.finalist_seeds)}|confirm {list(self.confirm_seeds)}" if self.finalist_seeds else ""
         proxy = "" if self.proxy_fraction is None else f"|proxy {self.proxy_fraction:g}"
+        screen = "" if self.screen is None else f"|screen {self.screen:.3g}"
         return (f"{self.workload}|search|{self.lr:g}|{list(self.run_lengths)}|{list(self.search_seeds)}{budget}"
-                f"{extra}{proxy}")
+                f"{extra}{proxy}{screen}")
 
 
 class WorkloadPlan:
@@ -171,7 +174,7 @@ class WorkloadPlan:
         confirm = (*target[3:], max(target) + 1)[: 1 if proxy else None]
         return SearchSpec(self.workload.name, lr, lengths, target[:2], tuple(confirm), kwargs,
                           budget_runs=kwargs.get("max_baseline_runs"), finalist_seeds=target[2:3],
-                          proxy_fraction=fraction)
+                          proxy_fraction=fraction, screen=self.settings.search_screen)
 
     def search_specs(self, lr: float, store: Store) -> list[SearchSpec]:
         """The full-size search, and the proxy search when ``proxy_fraction`` is set."""

@@ -37,16 +37,17 @@ def run_search(spec: SearchSpec, folder: Path) -> dict[str, Any]:
         "key": spec.key, "kind": "search", "workload": spec.workload, "lr": spec.lr,
         "run_lengths": list(spec.run_lengths), "search_seeds": list(spec.search_seeds),
         "confirm_seeds": list(spec.confirm_seeds), "finalist_seeds": list(spec.finalist_seeds),
-        "budget_seconds": spec.budget_seconds, "budget_runs": spec.budget_runs, "error": None}
+        "budget_seconds": spec.budget_seconds, "budget_runs": spec.budget_runs, "screen": spec.screen, "error": None}
     proxy = Proxy.shorter(spec.run_lengths, spec.proxy_fraction) if spec.proxy_fraction else None
-    state = Path(folder) / (f"search_{spec.workload}" + ("_proxy" if proxy else ""))
+    state = Path(folder) / (f"search_{spec.workload}" + ("_proxy" if proxy else "") + ("_screen" if spec.screen else ""))
     try:
         result = search_recipe(
             functools.partial(workload.make_module, lr=spec.lr), workload.make_data, monitor=workload.monitor,
             mode=workload.mode, run_lengths=list(spec.run_lengths), search_seeds=list(spec.search_seeds),
             confirm_seeds=list(spec.confirm_seeds), trainer_kwargs={"accelerator": "cpu", "devices": 1},
             state_dir=state, progress=False, proxy=proxy,
-            finalist_seeds=list(spec.finalist_seeds) if spec.finalist_seeds else None, **spec.search_kwargs)
+            finalist_seeds=list(spec.finalist_seeds) if spec.finalist_seeds else None, screen=spec.screen,
+            **spec.search_kwargs)
     except Exception as error:  # noqa: BLE001 - the benchmark goes on without this search; its reason is kept
         return {**record, "recipe": None, "error": f"{type(error).__name__}: {error}"[:2000],
                 "wall_s": round(time.perf_counter() - started, 2)}

@@ -91,6 +91,16 @@ def check_finalist_seeds(finalist_seeds: Sequence[int] | None, search: Sequence[
     return seeds
 
 
+def check_screen(screen: float | None) -> float | None:
+    """``None`` or the share of a step's configurations kept after the first look, in (0, 1]."""
+    if screen is None:
+        return None
+    if isinstance(screen, bool) or not isinstance(screen, (int, float)) or not 0 < screen <= 1:
+        raise SearchInputError(f"screen={screen!r}: expected a share in (0, 1], such as 1/3 (a third of a step's "
+                               "configurations go on to full curves), or None to race every one in full.")
+    return float(screen)
+
+
 def check_confidence(confidence: float) -> float:
     """A confidence strictly between 0 and 1."""
     if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0 <= confidence < 1:

@@ -39,6 +39,7 @@ from composer_bridge.search.scoring import (
     time_to_reach,
 )
 from composer_bridge.search.settings import SearchSettings
+from composer_bridge.search.trial import FitRecord
 
 __all__ = ["CurveBook", "Scores", "fixed_target", "median_time"]
 
@@ -157,8 +158,9 @@ class CurveBook:
         read = self._read.setdefault(key, [])
         points = [(r.seconds, r.quality) for r in read if not r.error]
         settled = goal.settled(points) if points else None
+        raised = bool(read) and bool(read[-1].error) and read[-1].error.startswith(RAISED)  # type: ignore[union-attr]
         for steps in self.settings.lengths(phase)[len(read):]:
-            if settled is not None:
+            if settled is not None or raised:
                 break
             record = self.fits.fit(config, seed, steps, phase)
             read.append(record)
@@ -177,6 +179,27 @@ class CurveBook:
         below = beat if status.startswith("stopped: cannot beat") else None
         self.curves[key] = CurveResult(config, seed, phase, points, status, speed, stopped_below=below)
         return self.curves[key]
+
+    def first_run(self, config: Config, seed: int, phase: str) -> FitRecord:
+        """``config``'s shortest run on ``seed`` alone (a step's screening reads it); its curve goes on from it."""
+        read = self._read.setdefault((config, seed), [])
+        if not read:
+            read.append(self.fits.fit(config, seed, self.settings.lengths(phase)[0], phase))
+        return read[0]
+
+    def at_equal_time(self, record: FitRecord, seed: int, phase: str) -> float:
+        """How much better a run's quality is than the baseline's on ``seed`` after the same training time (the
+        baseline's curve read between its runs, flat before the first and after the last; higher is better)."""
+        base = sorted(self.baseline(seed, phase).points)
+        t = record.seconds
+        if t <= base[0][0]:
+            reference = base[0][1]
+        elif t >= base[-1][0]:
+            reference = base[-1][1]
+        else:
+            (t0, q0), (t1, q1) = next((a, b) for a, b in zip(base, base[1:], strict=False) if a[0] <= t <= b[0])
+            reference = q0 + (q1 - q0) * (t - t0) / (t1 - t0) if t1 > t0 else q1
+        return (record.quality - reference) * (1.0 if self.settings.higher else -1.0)
 
     def scores(self, config: Config, seeds: Sequence[int]) -> Scores:
         return {seed: self.curve(config, seed, "search").speedup for seed in seeds}

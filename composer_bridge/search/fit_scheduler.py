@@ -265,6 +265,18 @@ class FitScheduler:
         for ticket, (c, i) in batch.flying.items():  # started ahead, no longer needed: kept when they come back
             self._early[ticket] = (c.config, c.seed, lengths[i], phase)
 
+    def prefetch_runs(self, wanted: Sequence[tuple[Config, int, int]], phase: str) -> None:
+        """Start, side by side, single fits ``(config, seed, steps)`` the search reads next, in this order (the
+        screening's shortest runs); each is recorded when it comes back and read from the cache then."""
+        if not self.executor.concurrent:
+            return
+        for config, seed, steps in wanted:
+            key = (config, seed, steps)
+            if key in self.cache or any(started[:3] == key for started in self._early.values()):
+                continue
+            ticket = self.executor.submit(self.settings.task(config, seed, steps, phase))
+            self._early[ticket] = (config, seed, steps, phase)
+
     def _free(self, batch: _Batch) -> int:
         """How many workers would otherwise wait."""
         return self.executor.slots() - len(batch.flying) - len(self._early)

@@ -58,6 +58,7 @@ from collections.abc import Mapping, Sequence
 
 from composer_bridge.search.curves import CurveBook, Scores
 from composer_bridge.search.estimate import Estimate, estimate, held_out, needed, probability_better
+from composer_bridge.search.executor import RAISED
 from composer_bridge.search.fit_scheduler import FitScheduler
 from composer_bridge.search.results import Config, CurveResult, config_name
 from composer_bridge.search.settings import SearchSettings
@@ -343,7 +344,7 @@ class GreedySearch:
         go on, and a curve stops once it cannot end ahead. Returns the best one left (``None``: none
         stayed ahead) and every score."""
         seeds = self.settings.search_seeds
-        survivors, results = list(pool), {cfg: {} for cfg in pool}
+        survivors, results = self._screened(pool), {cfg: {} for cfg in pool}
         for i, seed in enumerate(seeds):
             seen = seeds[: i + 1]
             bar_sum = sum(bar_scores[s] or 0.0 for s in seen)
@@ -368,3 +369,23 @@ class GreedySearch:
         self._finalists = {c: results[c] for c in survivors}
         return (survivors[0] if survivors else None), results
 
+    def _screened(self, pool: list[Config]) -> list[Config]:
+        """The configurations of ``pool`` that go on to full curves: with ``screen``, the best share of them (at
+        least two) by their shortest run on the first search seed, compared with the baseline's quality after
+        the same training time; a configuration that raised there is left in, to be left out by its curve."""
+        share, seed = self.settings.screen, self.settings.search_seeds[0]
+        keep = max(2, math.ceil(len(pool) * share)) if share is not None else len(pool)
+        if keep >= len(pool):
+            return list(pool)
+        shortest = self.settings.lengths("search")[0]
+        self.fits.prefetch_runs([(cfg, seed, shortest) for cfg in pool], "search")
+        runs = {cfg: self.book.first_run(cfg, seed, "search") for cfg in pool}
+        raised = [cfg for cfg, run in runs.items() if run.error and run.error.startswith(RAISED)]
+        value = {cfg: -math.inf if run.error else self.book.at_equal_time(run, seed, "search")
+                 for cfg, run in runs.items() if cfg not in raised}
+        ranked = sorted(value, key=lambda cfg: -value[cfg])
+        kept, dropped = ranked[:keep], ranked[keep:]
+        self.steps.append(f"first look at {shortest} steps on seed {seed}: {', '.join(config_name(c) for c in kept)} "
+                          f"go on; {', '.join(config_name(c) for c in dropped)} stopped (quality at equal training "
+                          f"time against the baseline, the best {keep} of {len(value)} kept)")
+        return [cfg for cfg in pool if cfg in kept or cfg in raised]

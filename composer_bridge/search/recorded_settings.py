@@ -22,7 +22,7 @@ from composer_bridge.search._mapping import FieldsMapping
 __all__ = ["RecordedSettings"]
 
 #: keys a state file holds only when they are set (states saved before they existed load without them)
-_ONLY_WHEN_SET = ("starting_recipes", "proxy")
+_ONLY_WHEN_SET = ("starting_recipes", "proxy", "screen")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,6 +38,7 @@ class RecordedSettings(FieldsMapping):
         trainer_kwargs: the Trainer's keyword arguments, as ``repr`` strings.
         starting_recipes: the recipes the first step raced whole (left out of the mapping when none).
         proxy: the proxy searched on, in words (left out of the mapping when none).
+        screen: the share of a step's configurations kept after the first look (left out of the mapping when none).
     """
 
     monitor: str
@@ -55,6 +56,7 @@ class RecordedSettings(FieldsMapping):
     trainer_kwargs: dict[str, str] = field(default_factory=dict)
     starting_recipes: dict[str, list[str]] | None = None
     proxy: str | None = None
+    screen: float | None = None
 
     def _keys(self) -> list[str]:
         return [f.name for f in fields(self) if f.name not in _ONLY_WHEN_SET or getattr(self, f.name)]

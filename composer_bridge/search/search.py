@@ -64,6 +64,7 @@ def search_recipe(
     proxy: Proxy | None = None,
     finalist_seeds: Sequence[int] | None = None,
     max_baseline_runs: float | None = None,
+    screen: float | None = 1 / 3,
 ) -> SearchResult:
     """Search which candidate algorithms make this model reach the baseline's best quality sooner.
 
@@ -118,6 +119,10 @@ def search_recipe(
             luck. ``None`` (default): one seed, the first after the search seeds that is not a confirmation
             seed; ``[]``: none (then the best of many must clear a stricter bar, and the estimate is
             corrected by shrinkage).
+        screen: before a step races its configurations in full, each one's shortest run on the first search
+            seed is compared with the baseline's quality at the same training time, and only the best
+            ``screen`` share of them (at least two) go on to full curves (1/3, the default); ``None``: every
+            configuration is raced in full, as before. A step's full curves are most of a search's cost.
 
     Returns:
         A :class:`SearchResult`.
@@ -140,7 +145,7 @@ def _search(make_module: Callable[..., Any], make_data: Callable[[int], Any], *,
             progress: bool, executor: Executor | str | None,
             starting_recipes: Mapping[str, Sequence[Candidate | str]] | None, confidence: float,
             proxy: Proxy | None, finalist_seeds: Sequence[int] | None,
-            max_baseline_runs: float | None) -> SearchResult:
+            max_baseline_runs: float | None, screen: float | None) -> SearchResult:
     started = (time.perf_counter(), time.process_time())  # the probe and the checks are overhead too
     higher = checks.check_mode(mode)
     lengths = checks.check_run_lengths(run_lengths)
@@ -149,6 +154,7 @@ def _search(make_module: Callable[..., Any], make_data: Callable[[int], Any], *,
     tkw = checks.check_trainer_kwargs(trainer_kwargs)
     checks.check_clock(clock)
     confidence = checks.check_confidence(confidence)
+    screen = checks.check_screen(screen)
     proxy = checks.check_proxy(proxy)
     search_lengths = list(proxy.run_lengths) if proxy is not None and proxy.run_lengths else lengths
     checks.check_budget(max_fits, max_train_seconds, len(search_lengths), len(search_seeds), max_baseline_runs)
@@ -176,7 +182,7 @@ def _search(make_module: Callable[..., Any], make_data: Callable[[int], Any], *,
         confirm_seeds=tuple(confirm_seeds), clock=clock, trainer_kwargs=tkw, max_fits=max_fits,
         max_train_seconds=max_train_seconds, max_baseline_runs=max_baseline_runs, min_gain=min_gain,
         starting_recipes={name: tuple(c.label for c in recipe) for name, recipe in starts.items()},
-        confidence=confidence, proxy=proxy, finalist_seeds=tuple(finalists))
+        confidence=confidence, proxy=proxy, finalist_seeds=tuple(finalists), screen=screen)
     recorded = _recorded_settings(settings, mode, extra)
     state = SearchState(Path(state_dir) / "search.json" if state_dir is not None else None, recorded.as_dict())
     runner = _executor(executor)
@@ -243,6 +249,7 @@ def _recorded_settings(settings: SearchSettings, mode: str, extra: Mapping[str, 
         trainer_kwargs={k: repr(v) for k, v in sorted(settings.trainer_kwargs.items())},
         starting_recipes={name: list(labels) for name, labels in settings.starting_recipes.items()} or None,
         proxy=settings.proxy.describe() if settings.proxy is not None else None,
+        screen=settings.screen,
     )
 
 

@@ -40,6 +40,8 @@ class SearchSettings:
         confidence: how sure a change must be to be taken (:mod:`composer_bridge.search.estimate`).
         proxy: the cheaper run the search phase trains, if any.
         finalist_seeds: more seeds a step's best configuration is scored on before it is taken.
+        screen: the share of a step's configurations that go on to full curves after a first look at their
+            shortest run on the first search seed (``None``: every one goes on).
     """
 
     make_module: Callable[..., Any]
@@ -61,6 +63,7 @@ class SearchSettings:
     confidence: float = 0.8
     proxy: Proxy | None = None
     finalist_seeds: tuple[int, ...] = ()
+    screen: float | None = None
 
     def seeds(self, phase: str) -> tuple[int, ...]:
         """The seeds of a phase (``"search"`` or ``"confirm"``)."""

@@ -172,7 +172,7 @@ def test_a_state_from_other_settings_is_refused(searched) -> None:
 
 @pytest.mark.parametrize("budget", [{"max_fits": 12}, {"max_train_seconds": 60}])
 def test_the_budget_is_respected(tmp_path, budget) -> None:
-    kwargs = {**KWARGS, "max_fits": None, **budget}
+    kwargs = {**KWARGS, "max_fits": None, "screen": None, **budget}  # every configuration raced in full
     with pytest.warns(BudgetWarning, match="the first step alone needs about"):
         result = search_recipe(make_module, task.make_data, state_dir=tmp_path, **kwargs)
     search = [f for f in result.fits if f.phase == "search"]
@@ -211,6 +211,11 @@ def test_a_budget_smaller_than_one_baseline_run_is_refused() -> None:
     # A time budget: known after the first (shortest) baseline fit, before any other.
     counting = _refused(r"max_train_seconds=10 is smaller than one baseline run", max_fits=None, max_train_seconds=10)
     assert counting.calls == 3
+
+
+@pytest.mark.parametrize("screen", [0, 1.5, "third", True])
+def test_a_screen_share_outside_zero_to_one_is_refused_before_training(screen) -> None:
+    assert _refused(rf"screen={screen!r}: expected a share in \(0, 1\]", screen=screen).calls == 0
 
 
 def test_a_factory_returning_the_same_module_twice_is_refused() -> None:
