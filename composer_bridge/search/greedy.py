@@ -17,7 +17,10 @@ Method (docs/search.md has the reasoning):
    ``confidence`` on the search seeds, then again on the finalist seeds, which played no part in
    choosing it (:mod:`composer_bridge.search.estimate`); then it drops any earlier algorithm whose
    removal scores at least as well. It ends when no addition is taken or the budget is spent.
-4. **Stopping hopeless trials early.** Within a step, the additions race over the search seeds by
+4. **Stopping hopeless trials early.** With ``screen``, a step first looks at every configuration's
+   shortest run on the first search seed against the baseline's quality after the same training
+   time, and only the best share (at least two) race in full (``_screened``): a guess, the only
+   stop here that may change a decision. Within a step, the additions race over the search seeds by
    successive halving: after each seed only the better half of those still ahead of the current
    recipe go on. Along a curve, run lengths go from short to long and stop once the curve reaches
    ``Q`` (longer runs cannot change its score), once its training time passes ``T`` without reaching
