@@ -180,7 +180,7 @@ def search_table(results: dict[str, Any]) -> str:
         est_text = f"{est['mean']:.2f}x [{est['low']:.2f}, {est['high']:.2f}]" if est else "— (baseline)"
         inside = "—" if est is None or confirmed is None else (
             "yes" if est["low"] <= confirmed <= est["high"] else "no")
-        cost = full["cost"].get("search_trained_in_baseline_runs") or full["cost"].get("search_in_baseline_runs")
+        cost = full["cost"].get("search_in_baseline_runs")  # what its decisions read: the fits it asked for
         row = [name, pick, est_text, "—" if confirmed is None else f"{confirmed:.2f}x", inside,
                "—" if held is None else f"{held:.2f}x", f"{cost:.1f}"]
         if proxy is not None and not proxy.get("error"):
