@@ -5,7 +5,8 @@
   the published recipes' algorithms with their published arguments, and the newer methods), where it
   applies to the model and its batches (:func:`composer_bridge.search.candidates.applicability`);
 * Muon's speedrun variants (:data:`MUON_VARIANTS`: Polar Express, NorMuon, cautious weight decay, at the
-  default candidate's ``lr=0.02``): all three together wherever Muon applies, each alone on the language models;
+  default candidate's ``lr=0.02``) each alone on the language models (all three together are a default
+  candidate, ``Muon+variants``);
 * ScheduleFree in place of the AdamW and its schedule (:func:`schedule_free`), where the ``schedulefree``
   package is installed and it applies;
 * BatchSizeWarmup with its defaults (a quarter of each batch at first, the whole batch after 10 % of the
@@ -30,13 +31,12 @@ from composer_bridge.search.checks import Probe, published_starting_recipes
 
 __all__ = ["BATCH_SIZE_WARMUP", "MUON_VARIANTS", "as_spec", "configurations", "schedule_free"]
 
-#: Muon's variants, each alone and all together, measured where Muon applies.
+#: Muon's variants each alone, measured on the language models (all three together are the default candidate
+#: ``Muon+variants``, measured wherever Muon applies).
 MUON_VARIANTS = {
     "Muon+PolarExpress": Candidate("Muon", {"lr": 0.02, "ns_coefficients": "polar_express"}),
     "Muon+NorMuon": Candidate("Muon", {"lr": 0.02, "normuon": True}),
     "Muon+CautiousWD": Candidate("Muon", {"lr": 0.02, "cautious_weight_decay": True}),
-    "Muon+all three": Candidate("Muon", {"lr": 0.02, "ns_coefficients": "polar_express", "normuon": True,
-                                         "cautious_weight_decay": True}),
 }
 
 #: The batch-size schedule with its defaults, measured on every workload it applies to (not a default candidate).
@@ -89,9 +89,8 @@ def configurations(workload: Any, lr: float, total_steps: int) -> tuple[dict[str
             configs["BatchSizeWarmup"] = as_spec([BATCH_SIZE_WARMUP])
         else:
             left_out["BatchSizeWarmup"] = why
-        if "Muon" in configs:  # all three variants wherever Muon applies; each alone on the language models
-            configs.update({name: as_spec([candidate]) for name, candidate in MUON_VARIANTS.items()
-                            if name == "Muon+all three" or workload.family == "language"})
+        if "Muon" in configs and workload.family == "language":  # each variant alone on the language models
+            configs.update({name: as_spec([candidate]) for name, candidate in MUON_VARIANTS.items()})
         recipes, recipe_reasons = published_starting_recipes(Probe(module, batch, [workload.monitor]), total_steps)
     for name, recipe in recipes.items():
         configs[f"recipe:{name}"] = as_spec(recipe)
