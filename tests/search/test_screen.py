@@ -1,6 +1,6 @@
 """The first look (``screen``): a step's configurations are compared by their shortest run on the first search
-seed, and only the best share go on to full curves. On simulated curves of known speed-up (test_estimate's
-SimExecutor, run through the real GreedySearch and FitScheduler): what it saves, and what it must not lose."""
+seed, and only the best share go on to full curves. On simulated curves of known speed-up (
+tests/helpers/search_sim.py, run through the real GreedySearch and FitScheduler): what it saves, and what it must not lose."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import dataclasses
 import random
 import statistics
 
-from search.test_estimate import LENGTHS, SimExecutor
+from helpers.search_sim import LENGTHS, SimExecutor
 
 from composer_bridge.search.candidates import Candidate
 from composer_bridge.search.fit_scheduler import FitScheduler
