@@ -133,13 +133,6 @@ class BridgeRun:
         """Fire the events :data:`~composer_bridge.lightning.hook_map.HOOK_EVENTS` lists for ``hook``, in order."""
         self.steps.fire_hook(hook)
 
-    def _live(self) -> State:
-        """The state, which every hook after ``setup`` has (Lightning calls setup first)."""
-        state = self.steps.state
-        if state is None:
-            raise RuntimeError("AlgorithmEngineCallback: a Lightning hook ran before the callback's setup.")
-        return state
-
     # ------------------------------------------------------------------------------------------
     # setup: the state, INIT, checks, module hooks
     # ------------------------------------------------------------------------------------------
@@ -148,7 +141,7 @@ class BridgeRun:
         self.trainer = trainer
         if self.state is None:
             self._start(pl_module)
-        state = self._live()
+        state = self.steps.live_state()
         state.trainer = trainer
         state.rank = trainer.global_rank
         state.world_size = trainer.world_size
@@ -237,7 +230,7 @@ class BridgeRun:
 
     def _before_checkpoint_load(self, checkpoint: dict[str, Any]) -> None:
         """The module's ``on_load_checkpoint`` (:meth:`ModuleSteps.before_checkpoint_load`): BEFORE_LOAD, then the fit check."""
-        state = self._live()
+        state = self.steps.live_state()
         self.fire_hook("on_load_checkpoint")
         self.checkpoint.add_missing(state, checkpoint, self.trainer, self.logger, self.settings.algorithms)
 
@@ -245,7 +238,7 @@ class BridgeRun:
     # fit
     # ------------------------------------------------------------------------------------------
     def fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        state = self._live()
+        state = self.steps.live_state()
         state.device = pl_module.device
         self.logger.step = self.current_step()  # after a checkpoint restored the timestamp
         # the user's optimizers and schedulers, handed to the algorithms that replace them (SAM, Muon, ...)
@@ -280,7 +273,7 @@ class BridgeRun:
     # evaluation and prediction
     # ------------------------------------------------------------------------------------------
     def eval_start(self, trainer: L.Trainer, hook: str) -> None:
-        state = self._live()
+        state = self.steps.live_state()
         self.refresh_listening()
         self.clock.start_eval()
         state.sanity_checking = bool(trainer.sanity_checking)
@@ -289,7 +282,7 @@ class BridgeRun:
         self.fire_hook(_variant(trainer, hook))
 
     def eval_end(self, trainer: L.Trainer, hook: str) -> None:
-        state = self._live()
+        state = self.steps.live_state()
         try:
             self.fire_hook(_variant(trainer, hook))
         finally:
@@ -298,19 +291,19 @@ class BridgeRun:
             self.clock.end_eval()  # evaluation is not batch time
 
     def eval_batch_end(self, hook: str) -> None:
-        state = self._live()
+        state = self.steps.live_state()
         state.eval_timestamp = state.eval_timestamp.to_next_batch()
         self.fire_hook(hook)
 
     def predict_start(self) -> None:
-        state = self._live()
+        state = self.steps.live_state()
         self.refresh_listening()
         state.eval_timestamp = Timestamp()
         state.evaluating = True
         self.fire_hook("on_predict_start")
 
     def predict_end(self) -> None:
-        state = self._live()
+        state = self.steps.live_state()
         try:
             self.fire_hook("on_predict_end")
         finally:

@@ -80,6 +80,13 @@ class ModuleSteps:
         if fire is not None:
             self._fire_event = fire
 
+    def live_state(self) -> State:
+        """The state, which every hook and step after ``setup`` has (Lightning calls setup first)."""
+        state = self.state
+        if state is None:
+            raise RuntimeError("AlgorithmEngineCallback: a Lightning hook ran before the callback's setup.")
+        return state
+
     def fire_event(self, event: Event) -> None:
         """Run ``event`` through the engine, discarding its traces."""
         self._fire_event(event)
@@ -96,8 +103,7 @@ class ModuleSteps:
         ``module`` has Composer's ``forward(batch)`` and ``loss(outputs, batch)``; algorithms may
         replace the batch, the outputs and the loss between them.
         """
-        state = self.state
-        assert state is not None
+        state = self.live_state()
         fire = self._fire_event
         before_forward, after_forward, before_loss, after_loss, before_backward = _TRAIN_STEP_EVENTS
         state.batch = batch
@@ -119,8 +125,7 @@ class ModuleSteps:
         return self._forward_between(module, batch, "predict_step")
 
     def _forward_between(self, module: Any, batch: Any, hook: str) -> Any:
-        state = self.state
-        assert state is not None
+        state = self.live_state()
         before, after = HOOK_EVENTS[hook]
         state.batch = batch
         self._fire_event(before)
@@ -130,8 +135,7 @@ class ModuleSteps:
 
     def after_batch_transfer(self, batch: Any) -> Any:
         """The module's ``on_after_batch_transfer`` in training: AFTER_DATALOADER may replace the batch."""
-        state = self.state
-        assert state is not None
+        state = self.live_state()
         state.batch = batch
         self.clock.loaded_samples = _batch_size(batch) or 0  # as loaded, before AFTER_DATALOADER (Composer's count)
         if self.listening:

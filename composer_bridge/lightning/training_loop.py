@@ -26,7 +26,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from composer_bridge.core.logger import Logger
-from composer_bridge.core.state import State
 from composer_bridge.lightning import _compat
 from composer_bridge.lightning.module import _batch_size
 from composer_bridge.lightning.steps import ModuleSteps
@@ -53,19 +52,13 @@ class TrainingLoop:
         self.resume_position = ResumePosition()
         self._global_step: Callable[[], int] = _zero  # reads Lightning's global_step (set at on_train_start)
 
-    def _state(self) -> State:
-        state = self.steps.state
-        if state is None:
-            raise RuntimeError("AlgorithmEngineCallback: a training hook ran before the callback's setup.")
-        return state
-
     def start(self, trainer: L.Trainer, pl_module: L.LightningModule, restored: bool) -> bool:
         """``on_train_start`` (``restored``: a checkpoint's entry was restored); returns whether to reopen an epoch.
 
         True when the fit resumed from an epoch's last batch: that epoch must end and the next
         start, through the callback's own hooks (a subclass of the callback may extend them).
         """
-        state, clock = self._state(), self.steps.clock
+        state, clock = self.steps.live_state(), self.steps.clock
         state.dataloader = trainer.train_dataloader
         batches = trainer.num_training_batches
         if isinstance(batches, int) or (isinstance(batches, float) and batches != float("inf")):
@@ -99,7 +92,7 @@ class TrainingLoop:
         steps = self.steps
         if steps.clock.micro == 0 and steps.listening:
             self.resume_position.check(trainer.current_epoch, batch_idx // max(1, trainer.accumulate_grad_batches))
-            self.logger.step = self._state().batch_count
+            self.logger.step = self.steps.live_state().batch_count
             steps.fire_hook("on_train_batch_start")
 
     def after_backward(self, trainer: L.Trainer) -> None:
@@ -118,7 +111,7 @@ class TrainingLoop:
 
     def batch_end(self, trainer: L.Trainer, batch: Any) -> bool:
         """``on_train_batch_end``: count the micro-batch; returns whether it ended an optimizer step."""
-        state, clock = self._state(), self.steps.clock
+        state, clock = self.steps.live_state(), self.steps.clock
         self.resume_position.disarm()  # only a fit's first batch is compared (a bridge idle then has no check)
         # The data hook counted the micro-batch's samples as loaded; without it (an idle bridge), counted here.
         samples = (_batch_size(batch) or 0) if clock.loaded_samples is None else 0
@@ -131,7 +124,7 @@ class TrainingLoop:
         return True
 
     def epoch_end(self, trainer: L.Trainer) -> None:
-        state = self._state()
+        state = self.steps.live_state()
         state.timestamp = state.timestamp.to_next_epoch()
         self.steps.clock.reset_step()
         self.steps.fire_hook("on_train_epoch_end")
@@ -139,7 +132,7 @@ class TrainingLoop:
 
     def end(self) -> None:
         """``on_train_end``: the timestamp's iteration ends, then TRAINING's end fires."""
-        state = self._state()
+        state = self.steps.live_state()
         state.timestamp = state.timestamp.to_next_iteration()
         self.steps.fire_hook("on_train_end")
 

@@ -128,8 +128,7 @@ class PlainLossStep:
         self.module = module
         self._run = run
         self._training_step = training_step
-        state = run.state
-        assert state is not None, "the run's state is built at setup, before the module's hooks"
+        state = run.live_state()  # built at setup, before the module's hooks
         needy = loss_algorithms(state.algorithms)
         self.target_key = common_key(needy, "target_key", 1)
         self.input_key = common_key(needy, "input_key", None)  # None: no algorithm reads the inputs
@@ -312,8 +311,7 @@ class PlainLossStep:
         kind, options, input = seen.kind, seen.options, seen.input
         record.calls = 1
         run = self._run
-        state = run.state
-        assert state is not None
+        state = run.live_state()
         state.outputs = input
         run.fire_event(AFTER_FORWARD)
         batch = state.batch
