@@ -271,11 +271,16 @@ class FitScheduler:
         if not self.executor.concurrent:
             return
         for config, seed, steps in wanted:
-            key = (config, seed, steps)
-            if key in self.cache or any(started[:3] == key for started in self._early.values()):
-                continue
-            ticket = self.executor.submit(self.settings.task(config, seed, steps, phase))
-            self._early[ticket] = (config, seed, steps, phase)
+            self._start_early(config, seed, steps, phase)
+
+    def _start_early(self, config: Config, seed: int, steps: int, phase: str) -> None:
+        """Start one fit ahead of the search reading it (kept when it comes back), unless it is in the cache or
+        already started ahead."""
+        key = (config, seed, steps)
+        if key in self.cache or any(started[:3] == key for started in self._early.values()):
+            return
+        ticket = self.executor.submit(self.settings.task(config, seed, steps, phase))
+        self._early[ticket] = (config, seed, steps, phase)
 
     def _free(self, batch: _Batch) -> int:
         """How many workers would otherwise wait."""
@@ -306,10 +311,8 @@ class FitScheduler:
         # then the fits certain to be read later (the confirmation's baselines), while workers are still free
         while self.needed_later and self._free(batch) > 0:
             config, seed, steps, later = self.needed_later.pop(0)
-            if (config, seed, steps) not in self.cache and all(
-                    (d.config, d.seed, lengths[i]) != (config, seed, steps) for d, i in batch.flying.values()):
-                ticket = self.executor.submit(self.settings.task(config, seed, steps, later))
-                self._early[ticket] = (config, seed, steps, later)
+            if all((d.config, d.seed, lengths[i]) != (config, seed, steps) for d, i in batch.flying.values()):
+                self._start_early(config, seed, steps, later)
 
     def _launch(self, c: _Pending, batch: _Batch) -> None:
         """Start ``c``'s next fits: every length of a baseline curve; for a candidate, the next length
