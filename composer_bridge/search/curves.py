@@ -35,6 +35,7 @@ from composer_bridge.search.scoring import (
     SpeedUp,
     best_quality,
     best_quality_within,
+    quality_at,
     summarise_speedups,
     time_to_reach,
 )
@@ -190,15 +191,7 @@ class CurveBook:
     def at_equal_time(self, record: FitRecord, seed: int, phase: str) -> float:
         """How much better a run's quality is than the baseline's on ``seed`` after the same training time (the
         baseline's curve read between its runs, flat before the first and after the last; higher is better)."""
-        base = sorted(self.baseline(seed, phase).points)
-        t = record.seconds
-        if t <= base[0][0]:
-            reference = base[0][1]
-        elif t >= base[-1][0]:
-            reference = base[-1][1]
-        else:
-            (t0, q0), (t1, q1) = next((a, b) for a, b in zip(base, base[1:], strict=False) if a[0] <= t <= b[0])
-            reference = q0 + (q1 - q0) * (t - t0) / (t1 - t0) if t1 > t0 else q1
+        reference = quality_at(self.baseline(seed, phase).points, record.seconds)
         return (record.quality - reference) * (1.0 if self.settings.higher else -1.0)
 
     def scores(self, config: Config, seeds: Sequence[int]) -> Scores:

@@ -20,7 +20,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["CurveGoal", "QualityWithin", "SpeedUp", "best_quality", "best_quality_within", "strict_speedup", "summarise_speedups", "time_to_reach"]
+__all__ = ["CurveGoal", "QualityWithin", "SpeedUp", "best_quality", "best_quality_within", "quality_at", "strict_speedup", "summarise_speedups", "time_to_reach"]
 
 Curve = Sequence[tuple[float, float]]
 
@@ -48,6 +48,29 @@ def time_to_reach(curve: Curve, target: float, higher_is_better: bool) -> float 
             return t0 + (t - t0) * (goal - q0) / (sign * q - q0)
         previous = (t, q)
     return None
+
+
+def quality_at(curve: Curve, seconds: float) -> float:
+    """The quality of the piecewise-linear curve through ``curve`` after ``seconds`` of training.
+
+    The points are read in time order; before the first and after the last the curve is flat (no
+    extrapolation), as in :func:`time_to_reach`.
+
+    Examples:
+        >>> quality_at([(3.0, 0.9), (1.0, 0.5)], 2.0), quality_at([(1.0, 0.5), (3.0, 0.9)], 0.5)
+        (0.7, 0.5)
+        >>> quality_at([(1.0, 0.5), (3.0, 0.9)], 9.0)
+        0.9
+    """
+    points = sorted(curve)
+    if not points:
+        raise ValueError("quality_at: the curve has no points.")
+    if seconds <= points[0][0]:
+        return points[0][1]
+    for (t0, q0), (t1, q1) in zip(points, points[1:], strict=False):
+        if seconds <= t1:
+            return q0 + (q1 - q0) * (seconds - t0) / (t1 - t0) if t1 > t0 else q1
+    return points[-1][1]
 
 
 def best_quality(curve: Curve, higher_is_better: bool) -> float:
