@@ -181,12 +181,21 @@ class CurveBook:
         self.curves[key] = CurveResult(config, seed, phase, points, status, speed, stopped_below=below)
         return self.curves[key]
 
-    def first_run(self, config: Config, seed: int, phase: str) -> FitRecord:
-        """``config``'s shortest run on ``seed`` alone (a step's screening reads it); its curve goes on from it."""
+    def run_at(self, config: Config, seed: int, phase: str, index: int = 0) -> FitRecord:
+        """``config``'s run at the ``index``-th run length on ``seed``, the shorter ones read first (a step's
+        screening reads them); its curve goes on from there. A run that raised ends the curve: it is returned for
+        every longer length."""
         read = self._read.setdefault((config, seed), [])
-        if not read:
-            read.append(self.fits.fit(config, seed, self.settings.lengths(phase)[0], phase))
-        return read[0]
+        lengths = self.settings.lengths(phase)
+        while len(read) <= index and not (read and read[-1].error and read[-1].error.startswith(RAISED)):
+            read.append(self.fits.fit(config, seed, lengths[len(read)], phase))
+        return read[min(index, len(read) - 1)]
+
+    def reached(self, config: Config, seed: int, phase: str) -> bool:
+        """Whether the runs of ``config`` on ``seed`` read so far already reach the phase's ``Q`` (its curve needs
+        no longer run)."""
+        points = [(r.seconds, r.quality) for r in self._read.get((config, seed), []) if not r.error]
+        return bool(points) and time_to_reach(points, self.target(phase)[0], self.settings.higher) is not None
 
     def at_equal_time(self, record: FitRecord, seed: int, phase: str) -> float:
         """How much better a run's quality is than the baseline's on ``seed`` after the same training time (the

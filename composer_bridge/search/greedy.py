@@ -270,7 +270,7 @@ class GreedySearch:
             own = [scores.get(s, fresh.get(s)) or 0.0 for s in (*seeds, *extra)]
             others = [[v or 0.0 for v in r.values()] for c, r in self._finalists.items() if c != config]
             return held_out([v or 0.0 for v in fresh.values()], raw, [own, *noise, *others], new,
-                            reference_seeds=len(seeds))
+                            reference_seeds=len(seeds), seeds=len(seeds) + len(extra))
         pick = [scores[s] or 0.0 for s in seeds if s in scores]
         return estimate(pick, field or [pick], new_seeds=new, noise=noise)
 
@@ -373,22 +373,33 @@ class GreedySearch:
         return (survivors[0] if survivors else None), results
 
     def _screened(self, pool: list[Config]) -> list[Config]:
-        """The configurations of ``pool`` that go on to full curves: with ``screen``, the best share of them (at
-        least two) by their shortest run on the first search seed, compared with the baseline's quality after
-        the same training time; a configuration that raised there is left in, to be left out by its curve."""
+        """The configurations of ``pool`` that go on to full curves, by successive halving over the run lengths on
+        the first search seed: with ``screen``, the best share of them (at least two) by their shortest run, then
+        at each longer run length but the longest the best share of those (at least one), each run compared with
+        the baseline's quality after the same training time. A configuration that raised is left in, to be left
+        out by its curve; one whose runs already reach ``Q`` needs no longer run and goes on."""
         share, seed = self.settings.screen, self.settings.search_seeds[0]
-        keep = max(2, math.ceil(len(pool) * share)) if share is not None else len(pool)
-        if keep >= len(pool):
+        if share is None:
             return list(pool)
-        shortest = self.settings.lengths("search")[0]
-        self.fits.prefetch_runs([(cfg, seed, shortest) for cfg in pool], "search")
-        runs = {cfg: self.book.first_run(cfg, seed, "search") for cfg in pool}
-        raised = [cfg for cfg, run in runs.items() if run.error and run.error.startswith(RAISED)]
-        value = {cfg: -math.inf if run.error else self.book.at_equal_time(run, seed, "search")
-                 for cfg, run in runs.items() if cfg not in raised}
-        ranked = sorted(value, key=lambda cfg: -value[cfg])
-        kept, dropped = ranked[:keep], ranked[keep:]
-        self.steps.append(f"first look at {shortest} steps on seed {seed}: {', '.join(config_name(c) for c in kept)} "
-                          f"go on; {', '.join(config_name(c) for c in dropped)} stopped (quality at equal training "
-                          f"time against the baseline, the best {keep} of {len(value)} kept)")
-        return [cfg for cfg in pool if cfg in kept or cfg in raised]
+        lengths = self.settings.lengths("search")
+        alive, raised, looks = list(pool), [], []
+        for index, steps in enumerate(lengths[:-1]):
+            keep = max(2 if index == 0 else 1, math.ceil(len(alive) * share))
+            done = [cfg for cfg in alive if index > 0 and self.book.reached(cfg, seed, "search")]
+            racing = [cfg for cfg in alive if cfg not in done]
+            if keep >= len(racing):
+                continue
+            self.fits.prefetch_runs([(cfg, seed, steps) for cfg in racing], "search")
+            runs = {cfg: self.book.run_at(cfg, seed, "search", index) for cfg in racing}
+            raised += [cfg for cfg, run in runs.items() if run.error and run.error.startswith(RAISED)]
+            value = {cfg: -math.inf if run.error else self.book.at_equal_time(run, seed, "search")
+                     for cfg, run in runs.items() if cfg not in raised}
+            ranked = sorted(value, key=lambda cfg: -value[cfg])
+            kept, dropped = ranked[:keep], ranked[keep:]
+            looks.append(f"{'first look' if not looks else 'then'} at {steps} steps on seed {seed}: "
+                         f"{', '.join(config_name(c) for c in kept)} go on; "
+                         f"{', '.join(config_name(c) for c in dropped)} stopped (the best {keep} of {len(value)})")
+            alive = [cfg for cfg in alive if cfg in kept or cfg in done]
+        if looks:
+            self.steps.append("; ".join(looks) + " (quality at equal training time against the baseline)")
+        return [cfg for cfg in pool if cfg in alive or cfg in raised]
