@@ -15,7 +15,8 @@ empirical-Bayes one, computed from the search's own scores, with no extra fit:
   differ far more than the noise, almost all the way when they do not.
 * **Interval**: the shrunk mean plus or minus ``z`` standard deviations of what a mean over ``new_seeds``
   unseen seeds would show (the uncertainty left about the pick's true speed-up, ``B sigma^2 / n``, plus
-  the noise of the new seeds' mean, ``sigma^2 / new_seeds``), at the given confidence.
+  the noise of the new seeds' mean, ``sigma^2 / new_seeds``), at the given confidence; ``z`` from Student's t
+  with at most one degree of freedom fewer than the seeds (every configuration shares them: :func:`seed_df`).
 
 Speed-ups are counted as the confirmation counts them (the baseline's time to the target over the
 configuration's, a seed that never reaches the target as 0x); a curve the search stopped early because it
@@ -36,7 +37,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["Estimate", "estimate", "held_out", "needed", "probability_better", "t_cdf", "t_quantile"]
+__all__ = ["Estimate", "estimate", "held_out", "needed", "probability_better", "seed_df", "t_cdf", "t_quantile"]
 
 
 @dataclass(frozen=True)
@@ -127,6 +128,17 @@ def t_quantile(p: float, df: int) -> float:
     return (low + high) / 2
 
 
+def seed_df(pooled_df: int, seeds: int | None) -> int:
+    """The degrees of freedom of a noise pooled over configurations that share their seeds: the pooled ones, at
+    most ``seeds - 1`` (``None``: not capped), at least 1.
+
+    Examples:
+        >>> seed_df(7, 3), seed_df(7, None), seed_df(0, 1)
+        (2, 7, 1)
+    """
+    return max(1, pooled_df if seeds is None else min(pooled_df, seeds - 1))
+
+
 def estimate(pick: Sequence[float], field: Sequence[Sequence[float]], new_seeds: int,
              confidence: float = 0.9, noise: Sequence[Sequence[float]] = ()) -> Estimate:
     """The corrected estimate for a pick scored ``pick`` (one speed-up per search seed) among ``field``.
@@ -155,14 +167,14 @@ def estimate(pick: Sequence[float], field: Sequence[Sequence[float]], new_seeds:
     shrink = 1.0 if math.isinf(tau2) or sigma2 == 0 else tau2 / (tau2 + sigma2 / n)
     mean = centre + shrink * (raw - centre)
     sd = math.sqrt(shrink * sigma2 / n + sigma2 / max(1, new_seeds))
-    z = t_quantile(0.5 + confidence / 2, max(df, 1))
+    z = t_quantile(0.5 + confidence / 2, seed_df(df, n))
     return Estimate(mean=mean, low=max(0.0, mean - z * sd), high=mean + z * sd, raw=raw, confidence=confidence,
                     noise_sd=math.sqrt(sigma2), spread_sd=0.0 if math.isinf(tau2) else math.sqrt(tau2),
                     shrink=shrink, configurations=len(means), new_seeds=new_seeds)
 
 
 def held_out(fresh: Sequence[float], raw: float, noise: Sequence[Sequence[float]], new_seeds: int,
-             confidence: float = 0.9, reference_seeds: int = 2) -> Estimate:
+             confidence: float = 0.9, reference_seeds: int = 2, seeds: int | None = None) -> Estimate:
     """The estimate from seeds held out inside the search (the finalist seeds): no correction is needed, as they
     played no part in choosing the pick; the seed-to-seed noise comes from ``noise`` (per-seed scores of the pick
     and of the configurations measured beside it), the interval from Student's t with its degrees of freedom.
@@ -171,6 +183,11 @@ def held_out(fresh: Sequence[float], raw: float, noise: Sequence[Sequence[float]
     time on those seeds: it holds the noise of the held-out mean, of the new seeds' mean, and of the two baseline
     reference times (on ``reference_seeds`` search seeds and on the new seeds), taken to vary relatively as much
     as a configuration's time does.
+
+    ``seeds``: how many distinct seeds the noise was measured on. Every configuration shares its seeds (the same
+    data order and initialisation), so a seed that is lucky for one is lucky for the others: pooling configurations
+    adds precision to the noise but not independent seeds, and the interval's degrees of freedom are at most
+    ``seeds - 1`` (:func:`seed_df`).
 
     Examples:
         >>> e = held_out([1.4], raw=1.8, noise=[[1.5, 1.7, 1.4], [0.9, 1.1]], new_seeds=3)
@@ -186,7 +203,7 @@ def held_out(fresh: Sequence[float], raw: float, noise: Sequence[Sequence[float]
     relative2 = sigma2 / level ** 2 if level > 0 else 0.0
     k = max(1, new_seeds)
     sd = math.sqrt(sigma2 * (1 / len(fresh) + 1 / k) + mean ** 2 * relative2 * (1 / max(1, reference_seeds) + 1 / k))
-    z = t_quantile(0.5 + confidence / 2, max(df, 1))
+    z = t_quantile(0.5 + confidence / 2, seed_df(df, seeds))
     return Estimate(mean=mean, low=max(0.0, mean - z * sd), high=mean + z * sd, raw=raw, confidence=confidence,
                     noise_sd=math.sqrt(sigma2), spread_sd=float("nan"), shrink=0.0,
                     configurations=len([s for s in noise if s]), new_seeds=new_seeds)
