@@ -51,6 +51,9 @@ class Settings:
     #: the search's budget in its own baseline runs (every run length on one seed), timed from the tuning fits
     search_budget_runs: float = 30.0
     search_screen: float | None = 1 / 3  #: the search's first look (search_recipe's ``screen``)
+    #: the search method's revision: part of a search's key, so a changed method searches again (its state folder
+    #: starts as a copy of the previous revision's, whose fits the same code trains)
+    search_method: str = "halving"
     #: the proxy search: the same search at this fraction of every run length, confirmed at full size (None: none)
     proxy_fraction: float | None = 0.25
     search_kwargs: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
@@ -71,6 +74,7 @@ class SearchSpec:
     budget_runs: float | None = None  #: the budget in the search's own baseline runs
     proxy_fraction: float | None = None  #: search at this fraction of the run lengths, confirm at full size
     screen: float | None = None  #: search_recipe's ``screen`` (``None``: every configuration raced in full)
+    method: str = ""  #: the search method's revision (``Settings.search_method``; ``""``: the first look at one length)
 
     @property
     def name(self) -> str:
@@ -84,6 +88,7 @@ class SearchSpec:
         extra = f"|finalists {list(self.finalist_seeds)}|confirm {list(self.confirm_seeds)}" if self.finalist_seeds else ""
         proxy = "" if self.proxy_fraction is None else f"|proxy {self.proxy_fraction:g}"
         screen = "" if self.screen is None else f"|screen {self.screen:.3g}"
+        screen += f"|{self.method}" if self.method else ""
         return (f"{self.workload}|search|{self.lr:g}|{list(self.run_lengths)}|{list(self.search_seeds)}{budget}"
                 f"{extra}{proxy}{screen}")
 
@@ -174,7 +179,8 @@ class WorkloadPlan:
         confirm = (*target[3:], max(target) + 1)[: 1 if proxy else None]
         return SearchSpec(self.workload.name, lr, lengths, target[:2], tuple(confirm), kwargs,
                           budget_runs=kwargs.get("max_baseline_runs"), finalist_seeds=target[2:3],
-                          proxy_fraction=fraction, screen=self.settings.search_screen)
+                          proxy_fraction=fraction, screen=self.settings.search_screen,
+                          method=self.settings.search_method)
 
     def search_specs(self, lr: float, store: Store) -> list[SearchSpec]:
         """The full-size search, and the proxy search when ``proxy_fraction`` is set."""
