@@ -121,7 +121,8 @@ def search_recipe(
             corrected by shrinkage).
         screen: before a step races its configurations in full, each one's shortest run on the first search
             seed is compared with the baseline's quality at the same training time, and only the best
-            ``screen`` share of them (at least two) go on to full curves (1/3, the default); ``None``: every
+            ``screen`` share of them (at least two) go on; at each longer run length but the longest, the best
+            ``screen`` share of those (at least one) go on again (1/3, the default); ``None``: every
             configuration is raced in full, as before. A step's full curves are most of a search's cost.
 
     Returns:

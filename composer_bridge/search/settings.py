@@ -40,8 +40,8 @@ class SearchSettings:
         confidence: how sure a change must be to be taken (:mod:`composer_bridge.search.estimate`).
         proxy: the cheaper run the search phase trains, if any.
         finalist_seeds: more seeds a step's best configuration is scored on before it is taken.
-        screen: the share of a step's configurations that go on to full curves after a first look at their
-            shortest run on the first search seed (``None``: every one goes on).
+        screen: the share of a step's configurations that go on after a look at each run length but the
+            longest on the first search seed (``None``: every one goes on to a full curve).
     """
 
     make_module: Callable[..., Any]
