@@ -175,7 +175,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
                                        "starting_recipes": {},
                                        "max_fits": 12})
     return Settings(configs=tuple(args.configs) if args.configs else None, search=not args.no_search,
-                    search_workloads=tuple(args.search_on) if args.search_on else None)
+                    search_workloads=tuple(args.search_on) if args.search_on else None,
+                    proxy_fraction=args.proxy_fraction)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -186,6 +187,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         help="only these configurations (baseline, an algorithm's name, recipe:mild, search)")
     parser.add_argument("--no-search", action="store_true", help="leave the recipe search out")
     parser.add_argument("--search-on", nargs="+", default=None, metavar="NAME", help="the search on these workloads only")
+    parser.add_argument("--proxy-fraction", type=float, default=0.25,
+                        help="the proxy search's share of every run length (the published results: 0.25)")
     parser.add_argument("--executor", choices=("ray", "local"), default="ray")
     parser.add_argument("--workers", type=int, default=2, help="with --executor ray: tasks at once, one CPU each")
     parser.add_argument("--out", default="outputs/workloads")
