@@ -26,7 +26,6 @@ import math
 import statistics
 from collections.abc import Callable, Sequence
 
-from composer_bridge.search.executor import RAISED
 from composer_bridge.search.fit_scheduler import FitScheduler
 from composer_bridge.search.results import Config, CurveResult
 from composer_bridge.search.scoring import (
@@ -81,6 +80,11 @@ def median_time(times: Sequence[float | None]) -> float:
         return math.inf
     middle = len(ordered) // 2
     return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def _measured(records: Sequence[FitRecord]) -> list[tuple[float, float]]:
+    """The ``(seconds, quality)`` points of the runs read for one curve that measured something."""
+    return [(r.seconds, r.quality) for r in records if not r.error]
 
 
 class CurveBook:
@@ -157,15 +161,15 @@ class CurveBook:
             return cached
         goal = self.goal(seed, phase, beat)
         read = self._read.setdefault(key, [])
-        points = [(r.seconds, r.quality) for r in read if not r.error]
+        points = _measured(read)
         settled = goal.settled(points) if points else None
-        raised = bool(read) and bool(read[-1].error) and read[-1].error.startswith(RAISED)  # type: ignore[union-attr]
+        raised = bool(read) and read[-1].raised
         for steps in self.settings.lengths(phase)[len(read):]:
             if settled is not None or raised:
                 break
             record = self.fits.fit(config, seed, steps, phase)
             read.append(record)
-            if record.error and record.error.startswith(RAISED):  # the candidates raised: every length would
+            if record.raised:  # the candidates raised: every length would
                 break
             if record.error:  # a fit that failed twice is no point of the curve; the next length may still be
                 continue
@@ -174,7 +178,7 @@ class CurveBook:
         status = settled or "never reached Q"
         if points and time_to_reach(points, goal.q, self.settings.higher) is not None:
             status = "reached Q"  # a confirmation curve goes on past Q, within the baseline's training time
-        elif read and read[-1].error and read[-1].error.startswith(RAISED):
+        elif read and read[-1].raised:
             status = f"failed: {read[-1].error}"
         speed = self.speedup(points, phase) if status == "reached Q" else None
         below = beat if status.startswith("stopped: cannot beat") else None
@@ -187,14 +191,14 @@ class CurveBook:
         every longer length."""
         read = self._read.setdefault((config, seed), [])
         lengths = self.settings.lengths(phase)
-        while len(read) <= index and not (read and read[-1].error and read[-1].error.startswith(RAISED)):
+        while len(read) <= index and not (read and read[-1].raised):
             read.append(self.fits.fit(config, seed, lengths[len(read)], phase))
         return read[min(index, len(read) - 1)]
 
     def reached(self, config: Config, seed: int, phase: str) -> bool:
         """Whether the runs of ``config`` on ``seed`` read so far already reach the phase's ``Q`` (its curve needs
         no longer run)."""
-        points = [(r.seconds, r.quality) for r in self._read.get((config, seed), []) if not r.error]
+        points = _measured(self._read.get((config, seed), []))
         return bool(points) and time_to_reach(points, self.target(phase)[0], self.settings.higher) is not None
 
     def at_equal_time(self, record: FitRecord, seed: int, phase: str) -> float:

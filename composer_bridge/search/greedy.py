@@ -62,7 +62,6 @@ from collections.abc import Mapping, Sequence
 
 from composer_bridge.search.curves import CurveBook, Scores
 from composer_bridge.search.estimate import Estimate, estimate, held_out, needed, probability_better
-from composer_bridge.search.executor import RAISED
 from composer_bridge.search.fit_scheduler import FitScheduler
 from composer_bridge.search.results import Config, CurveResult, config_name
 from composer_bridge.search.settings import SearchSettings
@@ -392,7 +391,7 @@ class GreedySearch:
                 continue
             self.fits.prefetch_runs([(cfg, seed, steps) for cfg in racing], "search")
             runs = {cfg: self.book.run_at(cfg, seed, "search", index) for cfg in racing}
-            raised += [cfg for cfg, run in runs.items() if run.error and run.error.startswith(RAISED)]
+            raised += [cfg for cfg, run in runs.items() if run.raised]
             value = {cfg: -math.inf if run.error else self.book.at_equal_time(run, seed, "search")
                      for cfg, run in runs.items() if cfg not in raised}
             ranked = sorted(value, key=lambda cfg: -value[cfg])

@@ -23,6 +23,7 @@ import torch
 
 from composer_bridge import AlgorithmEngineCallback
 from composer_bridge.lightning.package import CALLBACK_BASES, LIGHTNING, package_of
+from composer_bridge.search.executor import RAISED
 
 __all__ = ["CLOCKS", "FitRecord", "TrainingClock", "build_module", "load_data", "run_fit"]
 
@@ -53,6 +54,11 @@ class FitRecord:
     fit_wall_s: float = 0.0  #: the whole fit and validation, Lightning's set-up included
     error: str | None = None  #: why the fit failed (its process died twice); then quality is NaN
     processes: int = 1  #: the fit's Trainer world size (2 for DDP on two devices)
+
+    @property
+    def raised(self) -> bool:
+        """Whether the candidates raised in this fit (their failure on this model: every run length would)."""
+        return bool(self.error) and self.error.startswith(RAISED)  # type: ignore[union-attr]
 
 
 class TrainingClock(*CALLBACK_BASES):  # type: ignore[misc]
