@@ -88,9 +88,9 @@ class SearchSpec:
         extra = f"|finalists {list(self.finalist_seeds)}|confirm {list(self.confirm_seeds)}" if self.finalist_seeds else ""
         proxy = "" if self.proxy_fraction is None else f"|proxy {self.proxy_fraction:g}"
         screen = "" if self.screen is None else f"|screen {self.screen:.3g}"
-        screen += f"|{self.method}" if self.method else ""
+        method = f"|{self.method}" if self.method else ""
         return (f"{self.workload}|search|{self.lr:g}|{list(self.run_lengths)}|{list(self.search_seeds)}{budget}"
-                f"{extra}{proxy}{screen}")
+                f"{extra}{proxy}{screen}{method}")
 
 
 class WorkloadPlan:

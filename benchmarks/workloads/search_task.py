@@ -40,12 +40,13 @@ def run_search(spec: SearchSpec, folder: Path) -> dict[str, Any]:
         "confirm_seeds": list(spec.confirm_seeds), "finalist_seeds": list(spec.finalist_seeds),
         "budget_seconds": spec.budget_seconds, "budget_runs": spec.budget_runs, "screen": spec.screen, "error": None}
     proxy = Proxy.shorter(spec.run_lengths, spec.proxy_fraction) if spec.proxy_fraction else None
+    # the folders of the quarter-length proxy were named before other shares were measured: they keep that name
     proxy_name = "" if proxy is None else "_proxy" + ("" if spec.proxy_fraction == 0.25 else f"{spec.proxy_fraction:g}")
-    state = Path(folder) / (f"search_{spec.workload}" + proxy_name + ("_screen" if spec.screen else "")
-                            + (f"_{spec.method}" if spec.method else ""))
-    if spec.method and not state.exists() and state.with_name(state.name.removesuffix(f"_{spec.method}")).exists():
+    previous = Path(folder) / (f"search_{spec.workload}" + proxy_name + ("_screen" if spec.screen else ""))
+    state = previous.with_name(previous.name + f"_{spec.method}") if spec.method else previous
+    if state != previous and not state.exists() and previous.exists():
         # the previous revision's fits, trained by the same code, are read instead of trained again
-        shutil.copytree(state.with_name(state.name.removesuffix(f"_{spec.method}")), state)
+        shutil.copytree(previous, state)
     try:
         result = search_recipe(
             functools.partial(workload.make_module, lr=spec.lr), workload.make_data, monitor=workload.monitor,

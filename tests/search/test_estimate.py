@@ -18,7 +18,7 @@ from helpers.search_sim import LENGTHS, SimExecutor
 
 from composer_bridge.search import Proxy
 from composer_bridge.search.candidates import Candidate
-from composer_bridge.search.estimate import estimate, needed, probability_better
+from composer_bridge.search.estimate import estimate, held_out, needed, probability_better
 from composer_bridge.search.fit_scheduler import FitScheduler
 from composer_bridge.search.greedy import GreedySearch
 from composer_bridge.search.results import BudgetExhausted
@@ -168,8 +168,6 @@ def test_the_commands_proxy_section_becomes_a_proxy_or_a_clear_refusal() -> None
 def test_the_interval_holds_when_every_configuration_shares_the_seeds_luck() -> None:
     """A seed lucky for one configuration is lucky for all (same data order, same initialisation): pooling the
     configurations' spreads must not pass for independent seeds, or the 90 % interval covers too rarely."""
-    from composer_bridge.search.estimate import held_out
-
     rng, hits, trials = random.Random(0), 0, 1000
     for _ in range(trials):
         luck = [rng.gauss(0, 0.12) for _ in range(3)]  # search seeds 0 and 1, the finalist seed 2
