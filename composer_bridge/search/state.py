@@ -28,6 +28,11 @@ __all__ = ["SearchState", "StaleStateError"]
 VERSION = 1
 
 
+#: settings that steer which fits a search reads, never what a fit trains: a state saved with other values resumes
+#: (its fits are read where the search asks for them, the rest trained)
+READ_ONLY_SETTINGS = ("screen",)
+
+
 class StaleStateError(ValueError):
     """The state on disk belongs to a search with other settings."""
 
@@ -47,7 +52,7 @@ class SearchState:
                 raise StaleStateError(f"{path}: state version {data.get('version')!r}, this library writes {VERSION}; "
                                       "use a new state_dir.")
             different = sorted(k for k in set(self.settings) | set(data["settings"])
-                               if self.settings.get(k) != data["settings"].get(k))
+                               if self.settings.get(k) != data["settings"].get(k) and k not in READ_ONLY_SETTINGS)
             if different:
                 raise StaleStateError(
                     f"{path} holds a search with other settings ({', '.join(different)} differ: on disk "

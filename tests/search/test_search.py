@@ -218,6 +218,20 @@ def test_a_screen_share_outside_zero_to_one_is_refused_before_training(screen) -
     assert _refused(rf"screen={screen!r}: expected a share in \(0, 1\]", screen=screen).calls == 0
 
 
+def test_a_state_saved_with_another_screen_resumes_and_reads_its_fits(searched, tmp_path) -> None:
+    # screen steers which fits the search reads, never what a fit trains: the state is not
+    # refused, the fits it holds are read rather than trained again, and it is saved with the new settings
+    result, state, _ = searched
+    (tmp_path / "search.json").write_text((state / "search.json").read_text())
+    counting = task.Counting(factory=make_module)
+    again = search_recipe(counting, task.make_data, state_dir=tmp_path, **{**KWARGS, "screen": None})
+    held = len(json.loads((state / "search.json").read_text())["fits"])
+    assert again.cost["fits_trained_now"] < len(again.fits) and len(again.fits) > 0
+    assert counting.calls == 2 + again.cost["fits_trained_now"]  # the probe's two modules, and each fit trained now
+    saved = json.loads((tmp_path / "search.json").read_text())
+    assert "screen" not in saved["settings"] and len(saved["fits"]) >= held
+
+
 def test_a_factory_returning_the_same_module_twice_is_refused() -> None:
     module = make_module(8)
     _refused("returned the same ComposerClassifier object twice", factory=lambda steps: module)
