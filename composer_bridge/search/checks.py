@@ -101,6 +101,24 @@ def check_screen(screen: float | None) -> float | None:
     return float(screen)
 
 
+def check_first_look(first_look: float | None, shortest: int) -> int | None:
+    """The steps of the first look's own run (``first_look`` of the ``shortest`` run length), ``None`` when that is
+    the shortest run itself.
+
+    Examples:
+        >>> check_first_look(0.5, 100), check_first_look(None, 100), check_first_look(1, 100)
+        (50, None, None)
+    """
+    if first_look is None:
+        return None
+    if isinstance(first_look, bool) or not isinstance(first_look, (int, float)) or not 0 < first_look <= 1:
+        raise SearchInputError(f"first_look={first_look!r}: expected a share of the shortest run length in (0, 1], "
+                               "such as 0.5 (a first look at runs half as long as the shortest), or None to look at "
+                               "the shortest run itself.")
+    steps = max(1, round(first_look * shortest))
+    return steps if steps < shortest else None
+
+
 def check_confidence(confidence: float) -> float:
     """A confidence strictly between 0 and 1."""
     if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0 <= confidence < 1:

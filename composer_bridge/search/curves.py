@@ -95,6 +95,7 @@ class CurveBook:
         self.curves: dict[tuple[Config, int], CurveResult] = {}
         self._read: dict[tuple[Config, int], list] = {}  # each curve's fits read so far, by run length
         self._targets: dict[str, tuple[float, float]] = {}
+        self._look_points: dict[int, dict[int, tuple[float, float]]] = {}  # the baseline's first-look runs, by seed
 
     def baseline(self, seed: int, phase: str) -> CurveResult:
         """The baseline's curve on ``seed``: every run length (step 1)."""
@@ -195,6 +196,14 @@ class CurveBook:
             read.append(self.fits.fit(config, seed, lengths[len(read)], phase))
         return read[min(index, len(read) - 1)]
 
+    def look_run(self, config: Config, seed: int, steps: int) -> FitRecord:
+        """``config``'s run of ``steps`` steps on ``seed`` for the search's first look, shorter than any run length:
+        no point of its curve (the baseline's is the reference :meth:`at_equal_time` reads at that time)."""
+        record = self.fits.fit(config, seed, steps, "search")
+        if not config and not record.error:
+            self._look_points.setdefault(seed, {})[steps] = (record.seconds, record.quality)
+        return record
+
     def reached(self, config: Config, seed: int, phase: str) -> bool:
         """Whether the runs of ``config`` on ``seed`` read so far already reach the phase's ``Q`` (its curve needs
         no longer run)."""
@@ -204,7 +213,8 @@ class CurveBook:
     def at_equal_time(self, record: FitRecord, seed: int, phase: str) -> float:
         """How much better a run's quality is than the baseline's on ``seed`` after the same training time (the
         baseline's curve read between its runs, flat before the first and after the last; higher is better)."""
-        reference = quality_at(self.baseline(seed, phase).points, record.seconds)
+        points = sorted([*self.baseline(seed, phase).points, *self._look_points.get(seed, {}).values()])
+        reference = quality_at(points, record.seconds)
         return (record.quality - reference) * (1.0 if self.settings.higher else -1.0)
 
     def scores(self, config: Config, seeds: Sequence[int]) -> Scores:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import enum
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -169,7 +169,8 @@ class FitScheduler:
     def baseline_run(self) -> float | None:
         """One baseline run on the search's clock (every run length on one search seed, mean over the seeds),
         once every search seed's baseline curve is in; ``None`` before."""
-        return baseline_run_seconds(self.search_fits, self.settings.search_seeds, len(self.settings.lengths("search")))
+        ladder = self.settings.lengths("search")
+        return baseline_run_seconds(self.search_fits, self.settings.search_seeds, len(ladder), ladder=ladder)
 
     def max_seconds(self) -> float | None:
         """The time budget: ``max_train_seconds``, or ``max_baseline_runs`` baseline runs once they are known."""
@@ -384,11 +385,13 @@ class FitScheduler:
                                       refresh=True)
 
 
-def baseline_run_seconds(fits: Sequence[FitRecord], seeds: Sequence[int], lengths: int | None = None) -> float | None:
+def baseline_run_seconds(fits: Sequence[FitRecord], seeds: Sequence[int], lengths: int | None = None, *,
+                         ladder: Collection[int] | None = None) -> float | None:
     """One baseline run on the fits' clock: the baseline fits of one seed summed, the mean over the seeds that have any.
 
     With ``lengths``, ``None`` unless every seed has that many baseline fits (its whole curve); without, ``None``
-    only when no seed has one.
+    only when no seed has one. With ``ladder``, only the fits of these run lengths count (the baseline's run
+    for the first look, shorter than any of them, is no part of a baseline run).
 
     Examples:
         >>> from composer_bridge.search.trial import FitRecord
@@ -398,7 +401,7 @@ def baseline_run_seconds(fits: Sequence[FitRecord], seeds: Sequence[int], length
     """
     runs = []
     for seed in seeds:
-        mine = [f for f in fits if not f.config and f.seed == seed]
+        mine = [f for f in fits if not f.config and f.seed == seed and (ladder is None or f.steps in ladder)]
         if lengths is not None and len(mine) < lengths:
             return None
         if mine:

@@ -93,6 +93,7 @@ class GreedySearch:
         self.incumbent_scores: Scores = {s: 1.0 for s in settings.search_seeds}
         self.left_out: dict[str, str] = {}  # candidates that raised on this model, and why
         self._finalists: dict[Config, Scores] = {}  # the last race's configurations still ahead after its last seed
+        self.shortlist: tuple[str, ...] | None = None  # the candidates the later steps try (``shortlist``)
 
     @property
     def curves(self) -> dict[tuple[Config, int], CurveResult]:
@@ -111,7 +112,7 @@ class GreedySearch:
         while True:
             present = self.settings.algorithms_in(self.incumbent)  # a unique algorithm is not added twice
             pool = [self.settings.config((*self.incumbent, c)) for c in self.settings.search_pool if c not in
-                    self.incumbent and c not in self.left_out
+                    self.incumbent and c not in self.left_out and (self.shortlist is None or c in self.shortlist)
                     and not (self.settings.candidate(c).algorithm in present
                              and self.settings.candidate(c).algorithm_class().unique)]
             if not pool and best_start is None:
@@ -124,6 +125,9 @@ class GreedySearch:
             best, results = self._race(pool, *((start[2], start[0]) if start else
                                                (self.incumbent_scores, config_name(self.incumbent))))
             self._leave_out_failures(pool)
+            if self.shortlist is not None and not any(line.startswith("the later steps") for line in self.steps):
+                self.steps.append(f"the later steps try only the candidates this first look kept: "
+                                  f"{', '.join(self.shortlist) or 'none'}")
             best_mean = mean_score(results[best], seeds) if best is not None else 0.0
             if start is not None:
                 name, config, scores = start
@@ -374,28 +378,37 @@ class GreedySearch:
 
     def _screened(self, pool: list[Config]) -> list[Config]:
         """The configurations of ``pool`` that go on to full curves, by successive halving over the run lengths on
-        the first search seed: with ``screen``, the best share of them (at least two) by their shortest run, then
-        at each longer run length but the longest the best share of those (at least one), each run compared with
-        the baseline's quality after the same training time. A configuration that raised is left in, to be left
-        out by its curve; one whose runs already reach ``Q`` needs no longer run and goes on."""
+        the first search seed: with ``screen``, the best share of them (at least two) by their first look's run
+        (``first_look`` steps, or the shortest run length), then at each longer run length but the longest the best
+        share of those (at least one), each run compared with the baseline's quality after the same training time.
+        A configuration that raised is left in, to be left out by its curve; one whose runs already reach ``Q``
+        needs no longer run and goes on. The first step's first look makes the shortlist (``shortlist``)."""
         share, seed = self.settings.screen, self.settings.search_seeds[0]
         if share is None:
             return list(pool)
-        lengths = self.settings.lengths("search")
         alive, raised, looks = list(pool), [], []
-        for index, steps in enumerate(lengths[:-1]):
-            keep = max(2 if index == 0 else 1, math.ceil(len(alive) * share))
-            done = [cfg for cfg in alive if index > 0 and self.book.reached(cfg, seed, "search")]
+        for number, (steps, index) in enumerate(self.settings.looks()):
+            keep = max(2 if number == 0 else 1, math.ceil(len(alive) * share))
+            done = [cfg for cfg in alive if number > 0 and self.book.reached(cfg, seed, "search")]
             racing = [cfg for cfg in alive if cfg not in done]
             if keep >= len(racing):
+                if number == 0:
+                    self._note_shortlist(racing)
                 continue
-            self.fits.prefetch_runs([(cfg, seed, steps) for cfg in racing], "search")
-            runs = {cfg: self.book.run_at(cfg, seed, "search", index) for cfg in racing}
+            if index is None:  # the first look's own run, and the baseline's beside it (the reference)
+                self.fits.prefetch_runs([((), seed, steps), *((cfg, seed, steps) for cfg in racing)], "search")
+                self.book.look_run((), seed, steps)
+                runs = {cfg: self.book.look_run(cfg, seed, steps) for cfg in racing}
+            else:
+                self.fits.prefetch_runs([(cfg, seed, steps) for cfg in racing], "search")
+                runs = {cfg: self.book.run_at(cfg, seed, "search", index) for cfg in racing}
             raised += [cfg for cfg, run in runs.items() if run.raised]
             value = {cfg: -math.inf if run.error else self.book.at_equal_time(run, seed, "search")
                      for cfg, run in runs.items() if cfg not in raised}
             ranked = sorted(value, key=lambda cfg: -value[cfg])
             kept, dropped = ranked[:keep], ranked[keep:]
+            if number == 0:
+                self._note_shortlist(kept)
             looks.append(f"{'first look' if not looks else 'then'} at {steps} steps on seed {seed}: "
                          f"{', '.join(config_name(c) for c in kept)} go on; "
                          f"{', '.join(config_name(c) for c in dropped)} stopped (the best {keep} of {len(value)})")
@@ -403,3 +416,9 @@ class GreedySearch:
         if looks:
             self.steps.append("; ".join(looks) + " (quality at equal training time against the baseline)")
         return [cfg for cfg in pool if cfg in alive or cfg in raised]
+
+    def _note_shortlist(self, kept: Sequence[Config]) -> None:
+        """With ``shortlist``: the first step's first look names the candidates the later steps try."""
+        if not self.settings.shortlist or self.shortlist is not None:
+            return
+        self.shortlist = tuple(dict.fromkeys(label for cfg in kept for label in cfg if label not in self.incumbent))

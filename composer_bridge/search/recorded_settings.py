@@ -22,7 +22,7 @@ from composer_bridge.search._mapping import FieldsMapping
 __all__ = ["RecordedSettings"]
 
 #: keys a state file holds only when they are set (states saved before they existed load without them)
-_ONLY_WHEN_SET = ("starting_recipes", "proxy", "screen")
+_ONLY_WHEN_SET = ("starting_recipes", "proxy", "screen", "first_look", "shortlist")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,6 +39,8 @@ class RecordedSettings(FieldsMapping):
         starting_recipes: the recipes the first step raced whole (left out of the mapping when none).
         proxy: the proxy searched on, in words (left out of the mapping when none).
         screen: the share of a step's configurations kept after the first look (left out of the mapping when none).
+        first_look: the steps of the first look's own run (left out when it reads the shortest run).
+        shortlist: ``True`` when the later steps try only the candidates the first look kept (left out otherwise).
     """
 
     monitor: str
@@ -57,6 +59,8 @@ class RecordedSettings(FieldsMapping):
     starting_recipes: dict[str, list[str]] | None = None
     proxy: str | None = None
     screen: float | None = None
+    first_look: int | None = None
+    shortlist: bool | None = None
 
     def _keys(self) -> list[str]:
         return [f.name for f in fields(self) if f.name not in _ONLY_WHEN_SET or getattr(self, f.name)]

@@ -65,6 +65,8 @@ def search_recipe(
     finalist_seeds: Sequence[int] | None = None,
     max_baseline_runs: float | None = None,
     screen: float | None = 1 / 3,
+    first_look: float | None = None,
+    shortlist: bool = False,
 ) -> SearchResult:
     """Search which candidate algorithms make this model reach the baseline's best quality sooner.
 
@@ -124,6 +126,11 @@ def search_recipe(
             ``screen`` share of them (at least two) go on; at each longer run length but the longest, the best
             ``screen`` share of those (at least one) go on again (1/3, the default); ``None``: every
             configuration is raced in full, as before. A step's full curves are most of a search's cost.
+        first_look: with ``screen``, the first look reads a run of its own this share of the shortest run length
+            long (0.5: half as long), beside the baseline's run of the same length, and the next look reads the
+            shortest run; ``None`` (default): the first look reads the shortest run itself.
+        shortlist: with ``screen``, the steps after the first try only the candidates the first step's first
+            look kept (``False``, the default: every step tries every candidate not yet taken).
 
     Returns:
         A :class:`SearchResult`.
@@ -146,7 +153,8 @@ def _search(make_module: Callable[..., Any], make_data: Callable[[int], Any], *,
             progress: bool, executor: Executor | str | None,
             starting_recipes: Mapping[str, Sequence[Candidate | str]] | None, confidence: float,
             proxy: Proxy | None, finalist_seeds: Sequence[int] | None,
-            max_baseline_runs: float | None, screen: float | None) -> SearchResult:
+            max_baseline_runs: float | None, screen: float | None, first_look: float | None,
+            shortlist: bool) -> SearchResult:
     started = (time.perf_counter(), time.process_time())  # the probe and the checks are overhead too
     higher = checks.check_mode(mode)
     lengths = checks.check_run_lengths(run_lengths)
@@ -158,6 +166,8 @@ def _search(make_module: Callable[..., Any], make_data: Callable[[int], Any], *,
     screen = checks.check_screen(screen)
     proxy = checks.check_proxy(proxy)
     search_lengths = list(proxy.run_lengths) if proxy is not None and proxy.run_lengths else lengths
+    look = checks.check_first_look(first_look, search_lengths[0]) if screen is not None else None
+    shortlist = bool(shortlist) and screen is not None
     checks.check_budget(max_fits, max_train_seconds, len(search_lengths), len(search_seeds), max_baseline_runs)
     pool = as_candidates(candidates)
     extra = {name: as_candidates(list(recipe)) for name, recipe in (also_confirm or {}).items()}
@@ -183,7 +193,8 @@ def _search(make_module: Callable[..., Any], make_data: Callable[[int], Any], *,
         confirm_seeds=tuple(confirm_seeds), clock=clock, trainer_kwargs=tkw, max_fits=max_fits,
         max_train_seconds=max_train_seconds, max_baseline_runs=max_baseline_runs, min_gain=min_gain,
         starting_recipes={name: tuple(c.label for c in recipe) for name, recipe in starts.items()},
-        confidence=confidence, proxy=proxy, finalist_seeds=tuple(finalists), screen=screen)
+        confidence=confidence, proxy=proxy, finalist_seeds=tuple(finalists), screen=screen,
+        first_look=look, shortlist=shortlist)
     recorded = _recorded_settings(settings, mode, extra)
     state = SearchState(Path(state_dir) / "search.json" if state_dir is not None else None, recorded.as_dict())
     runner = _executor(executor)
@@ -250,7 +261,7 @@ def _recorded_settings(settings: SearchSettings, mode: str, extra: Mapping[str, 
         trainer_kwargs={k: repr(v) for k, v in sorted(settings.trainer_kwargs.items())},
         starting_recipes={name: list(labels) for name, labels in settings.starting_recipes.items()} or None,
         proxy=settings.proxy.describe() if settings.proxy is not None else None,
-        screen=settings.screen,
+        screen=settings.screen, first_look=settings.first_look, shortlist=settings.shortlist or None,
     )
 
 
@@ -291,7 +302,7 @@ def _progress_bar(progress: bool, max_fits: int | None, max_seconds: float | Non
 
 def _cost(settings: SearchSettings, fits: FitScheduler) -> SearchCost:
     max_fits, max_seconds, state = settings.max_fits, fits.max_seconds(), fits.state
-    one_baseline = baseline_run_seconds(fits.search_fits, settings.search_seeds)
+    one_baseline = baseline_run_seconds(fits.search_fits, settings.search_seeds, ladder=settings.lengths("search"))
     search_s = fits.spent()
     confirm_s = sum(f.seconds for f in fits.confirm_fits)
     used = fits.used_fits()

@@ -42,6 +42,9 @@ class SearchSettings:
         finalist_seeds: more seeds a step's best configuration is scored on before it is taken.
         screen: the share of a step's configurations that go on after a look at each run length but the
             longest on the first search seed (``None``: every one goes on to a full curve).
+        first_look: the steps of the first look's run when shorter than the shortest run length (a run read
+            by that look only); ``None``: the first look reads the shortest run.
+        shortlist: whether the steps after the first try only the candidates the first step's first look kept.
     """
 
     make_module: Callable[..., Any]
@@ -64,6 +67,8 @@ class SearchSettings:
     proxy: Proxy | None = None
     finalist_seeds: tuple[int, ...] = ()
     screen: float | None = None
+    first_look: int | None = None
+    shortlist: bool = False
 
     def seeds(self, phase: str) -> tuple[int, ...]:
         """The seeds of a phase (``"search"`` or ``"confirm"``)."""
@@ -74,6 +79,15 @@ class SearchSettings:
         if phase == "search" and self.proxy is not None and self.proxy.run_lengths:
             return tuple(self.proxy.run_lengths)
         return self.run_lengths
+
+    def looks(self) -> list[tuple[int, int | None]]:
+        """The run lengths a step's screening looks at, short to long: ``(steps, index of that run length)``, the
+        index ``None`` for the first look's own run (``first_look``)."""
+        lengths = self.lengths("search")
+        looks: list[tuple[int, int | None]] = [(steps, index) for index, steps in enumerate(lengths[:-1])]
+        if self.first_look is not None and self.first_look < lengths[0]:
+            looks.insert(0, (self.first_look, None))
+        return looks
 
     @property
     def unit(self) -> str:

@@ -30,7 +30,7 @@ VERSION = 1
 
 #: settings that steer which fits a search reads, never what a fit trains: a state saved with other values resumes
 #: (its fits are read where the search asks for them, the rest trained)
-READ_ONLY_SETTINGS = ("screen",)
+READ_ONLY_SETTINGS = ("screen", "first_look", "shortlist")
 
 
 class StaleStateError(ValueError):

@@ -25,6 +25,7 @@ class SimExecutor:
                  proxy_truth: dict[str, float] | None = None) -> None:
         self.truth, self.noise_sd, self.rng, self.raises = truth, noise_sd, rng, raises
         self.proxy_truth = proxy_truth or truth
+        self.synergy: dict[frozenset[str], float] = {}  # labels that speed up more together than the product
         self.noise: dict[tuple, float] = {}
         self.queue: list = []
         self.tickets = 0
@@ -50,6 +51,7 @@ class SimExecutor:
             return ticket, FitOutcome(math.nan, 0.0, 0.0, 0.0, 0.0, error=f"{RAISED}RuntimeError: shapes do not match")
         truth = self.proxy_truth if task.make_module == "proxy" else self.truth
         r = math.prod(truth.get(label, 1.0) for label in labels)
+        r *= math.prod(factor for pair, factor in self.synergy.items() if pair <= set(labels))
         key = (labels, task.seed, task.make_module)
         if key not in self.noise:  # per configuration and seed: the whole curve faster or slower, its plateau a bit
             self.noise[key] = (math.exp(self.rng.gauss(0.0, self.noise_sd)), self.rng.gauss(0.0, 0.002))
