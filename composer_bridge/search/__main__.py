@@ -23,6 +23,7 @@ module's class (or function) when it takes that argument and ``seed`` to the dat
       confidence: 0.8                             # optional: how sure a change must be to be taken
       proxy: {fraction: 0.25}                     # optional: search on runs a quarter as long, confirm at full size
       screen: 0.3333                              # optional: the share of a step kept at each run length but the longest (null: all)
+      shortlist: false                            # optional: later steps try only what the first look kept (cheaper, loses pairs)
     trainer: {accelerator: cpu, devices: 1}       # your Trainer arguments
     executor: {name: ray, workers: 2, cpus_per_fit: 1}   # optional: fits side by side on Ray
                                                   # (RayExecutor's arguments; address: for a cluster)

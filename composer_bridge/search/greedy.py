@@ -21,7 +21,9 @@ Method (docs/search.md has the reasoning):
    shortest run on the first search seed against the baseline's quality after the same training
    time, and only the best share (at least two) go on; at each longer run length but the longest, the
    best share of those (at least one) go on again, and those left race in full (``_screened``): a
-   guess, the only stop here that may change a decision. Within a step, the additions race over the search seeds by
+   guess, the only stop here that may change a decision. With ``first_look``, the first look reads runs
+   of its own, shorter than the shortest run length; with ``shortlist``, the steps after the first try
+   only the candidates the first step's first look kept (both off by default: docs/search.md says why). Within a step, the additions race over the search seeds by
    successive halving: after each seed only the better half of those still ahead of the current
    recipe go on. Along a curve, run lengths go from short to long and stop once the curve reaches
    ``Q`` (longer runs cannot change its score), once its training time passes ``T`` without reaching

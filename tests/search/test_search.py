@@ -218,6 +218,12 @@ def test_a_screen_share_outside_zero_to_one_is_refused_before_training(screen) -
     assert _refused(rf"screen={screen!r}: expected a share in \(0, 1\]", screen=screen).calls == 0
 
 
+@pytest.mark.parametrize("first_look", [0, 1.5, "half", True])
+def test_a_first_look_share_outside_zero_to_one_is_refused_before_training(first_look) -> None:
+    assert _refused(rf"first_look={first_look!r}: expected a share of the shortest run length in \(0, 1\]",
+                    first_look=first_look).calls == 0
+
+
 def test_a_state_saved_with_another_screen_resumes_and_reads_its_fits(searched, tmp_path) -> None:
     # screen steers which fits the search reads, never what a fit trains: the state is not
     # refused, the fits it holds are read rather than trained again, and it is saved with the new settings
