@@ -37,12 +37,17 @@ VARIANTS: dict[str, dict[str, Any]] = {
 }
 
 
-def replay(out: Path, variant: str, workloads: list[str] | None, proxy: bool) -> list[dict[str, Any]]:
-    """Run ``variant`` on every search of ``out`` (full size, or the quarter-length proxy); return one row each."""
-    from workloads import search_task
-    from workloads.plan import SearchSpec, Settings
+def replay(out: Path, variant: str, workloads: list[str] | None, proxy: bool, dry_run: bool = False) -> list[dict[str, Any]]:
+    """Run ``variant`` on every search of ``out`` (full size, or the quarter-length proxy); return one row each.
 
-    method = Settings().search_method
+    ``dry_run``: ``out`` holds the workloads benchmark's ``--dry-run`` (its searches' candidates and budget)."""
+    import run_workloads
+    from workloads import search_task
+    from workloads.plan import SearchSpec
+
+    settings = run_workloads.settings_from(argparse.Namespace(dry_run=dry_run, configs=None, no_search=False,
+                                                              search_on=None, proxy_fraction=None))
+    base, method = settings.search_kwargs, settings.search_method
     rows = []
     for line in (out / "fits.jsonl").read_text().splitlines():
         record = json.loads(line)
@@ -51,9 +56,11 @@ def replay(out: Path, variant: str, workloads: list[str] | None, proxy: bool) ->
         fraction = (record.get("proxy") or {}).get("fraction")
         if (fraction is not None) != proxy or fraction not in (None, 0.25) or (workloads and record["workload"] not in workloads):
             continue
+        kwargs = dict(base)  # the original's arguments and budget (its own baseline runs), as the plan gives them
+        if "max_fits" not in kwargs:
+            kwargs["max_baseline_runs"] = record["budget_runs"]
         spec = SearchSpec(record["workload"], record["lr"], tuple(record["run_lengths"]), tuple(record["search_seeds"]),
-                          tuple(record["confirm_seeds"]),
-                          {"max_baseline_runs": record["budget_runs"], **VARIANTS[variant]},
+                          tuple(record["confirm_seeds"]), {**kwargs, **VARIANTS[variant]},
                           budget_runs=record["budget_runs"], finalist_seeds=tuple(record["finalist_seeds"]),
                           proxy_fraction=fraction, screen=record["screen"], method=f"{method}-{variant}")
         folder = out / "variants"
@@ -81,9 +88,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variant", choices=sorted(VARIANTS), required=True)
     parser.add_argument("--workloads", nargs="*", help="only these workloads")
     parser.add_argument("--proxy", action="store_true", help="the quarter-length proxy searches, not the full-size ones")
+    parser.add_argument("--dry-run", action="store_true", help="--out holds the workloads benchmark's --dry-run")
     parser.add_argument("--results", type=Path, default=BENCHMARKS / "results" / "search_variants_cpu.jsonl")
     args = parser.parse_args(argv)
-    rows = replay(args.out, args.variant, args.workloads, args.proxy)
+    rows = replay(args.out, args.variant, args.workloads, args.proxy, args.dry_run)
     with args.results.open("a") as sink:
         for row in rows:
             sink.write(json.dumps(row) + "\n")
