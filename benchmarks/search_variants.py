@@ -21,6 +21,7 @@ Examples:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shutil
 import sys
@@ -59,14 +60,17 @@ def replay(out: Path, variant: str, workloads: list[str] | None, proxy: bool, dr
         kwargs = dict(base)  # the original's arguments and budget (its own baseline runs), as the plan gives them
         if "max_fits" not in kwargs:
             kwargs["max_baseline_runs"] = record["budget_runs"]
-        spec = SearchSpec(record["workload"], record["lr"], tuple(record["run_lengths"]), tuple(record["search_seeds"]),
-                          tuple(record["confirm_seeds"]), {**kwargs, **VARIANTS[variant]},
-                          budget_runs=record["budget_runs"], finalist_seeds=tuple(record["finalist_seeds"]),
-                          proxy_fraction=fraction, screen=record["screen"], method=f"{method}-{variant}")
+        original = SearchSpec(record["workload"], record["lr"], tuple(record["run_lengths"]),
+                              tuple(record["search_seeds"]), tuple(record["confirm_seeds"]), kwargs,
+                              budget_runs=record["budget_runs"], finalist_seeds=tuple(record["finalist_seeds"]),
+                              proxy_fraction=fraction, screen=record["screen"], method=method)
+        if original.key != record["key"]:
+            raise RuntimeError(f"{record['key']}: rebuilt as {original.key}; this script cannot replay that search")
+        spec = dataclasses.replace(original, search_kwargs={**kwargs, **VARIANTS[variant]}, method=f"{method}-{variant}")
         folder = out / "variants"
-        name = f"search_{spec.workload}" + ("_proxy" if fraction else "") + "_screen"
-        if not (folder / f"{name}_{spec.method}").exists():  # the original search's fits, read instead of trained
-            shutil.copytree(out / f"{name}_{method}", folder / f"{name}_{spec.method}")
+        state = search_task.state_folder(spec, folder)
+        if not state.exists():  # the original search's fits, read instead of trained
+            shutil.copytree(search_task.state_folder(original, out), state)
         found = search_task.run_search(spec, folder)
         if found.get("error"):
             raise RuntimeError(f"{variant} on {spec.workload}: {found['error']}")

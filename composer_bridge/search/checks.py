@@ -119,6 +119,14 @@ def check_first_look(first_look: float | None, shortest: int) -> int | None:
     return steps if steps < shortest else None
 
 
+def check_shortlist(shortlist: bool) -> bool:
+    """``shortlist`` is ``True`` or ``False``."""
+    if not isinstance(shortlist, bool):
+        raise SearchInputError(f"shortlist={shortlist!r}: expected True (the steps after the first try only the "
+                               "candidates the first look kept) or False (every step tries every candidate).")
+    return shortlist
+
+
 def check_confidence(confidence: float) -> float:
     """A confidence strictly between 0 and 1."""
     if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0 <= confidence < 1:

@@ -167,7 +167,7 @@ def _search(make_module: Callable[..., Any], make_data: Callable[[int], Any], *,
     proxy = checks.check_proxy(proxy)
     search_lengths = list(proxy.run_lengths) if proxy is not None and proxy.run_lengths else lengths
     look = checks.check_first_look(first_look, search_lengths[0]) if screen is not None else None
-    shortlist = bool(shortlist) and screen is not None
+    shortlist = checks.check_shortlist(shortlist) and screen is not None
     checks.check_budget(max_fits, max_train_seconds, len(search_lengths), len(search_seeds), max_baseline_runs)
     pool = as_candidates(candidates)
     extra = {name: as_candidates(list(recipe)) for name, recipe in (also_confirm or {}).items()}

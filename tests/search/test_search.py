@@ -224,6 +224,11 @@ def test_a_first_look_share_outside_zero_to_one_is_refused_before_training(first
                     first_look=first_look).calls == 0
 
 
+@pytest.mark.parametrize("shortlist", [1, "yes", None])
+def test_a_shortlist_that_is_not_true_or_false_is_refused_before_training(shortlist) -> None:
+    assert _refused(rf"shortlist={shortlist!r}: expected True .* or False", shortlist=shortlist).calls == 0
+
+
 def test_a_state_saved_with_another_screen_resumes_and_reads_its_fits(searched, tmp_path) -> None:
     # screen steers which fits the search reads, never what a fit trains: the state is not
     # refused, the fits it holds are read rather than trained again, and it is saved with the new settings
