@@ -1,7 +1,8 @@
-"""The classes an extension package teaches a surgery: one registry per surgery (ALiBi, QKNorm, GLU).
+"""The classes an extension package teaches a surgery (one registry per surgery: ALiBi, QKNorm, GLU), and the user's.
 
 ``composer_bridge.hf`` registers Hugging Face classes this way on import; a surgery's default policy is its
-own classes plus what was registered (a class registered again replaces its function).
+own classes plus what was registered (a class registered again replaces its function); the user's
+``policy=`` entries go before them (:func:`user_first`).
 
 Examples:
     >>> import torch
@@ -9,16 +10,20 @@ Examples:
     >>> registry.register(torch.nn.Linear, lambda module: None)
     >>> sorted(cls.__name__ for cls in registry.with_defaults({torch.nn.Conv2d: lambda module: None}))
     ['Conv2d', 'Linear']
+    >>> mine = {torch.nn.ReLU: lambda module: None}
+    >>> defaults = registry.with_defaults({torch.nn.Conv2d: lambda module: None})
+    >>> [cls.__name__ for cls in user_first(mine, defaults, "Demo", "fn(module)")]  # the user's entries first
+    ['ReLU', 'Conv2d', 'Linear']
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from torch import nn
 
-__all__ = ["PolicyRegistry"]
+__all__ = ["PolicyRegistry", "user_first"]
 
 
 class PolicyRegistry:
@@ -37,3 +42,25 @@ class PolicyRegistry:
     def with_defaults(self, defaults: dict[type, Callable[..., Any]]) -> dict[type, Callable[..., Any]]:
         """A fresh policy: ``defaults`` and every registered class (registered ones win)."""
         return {**defaults, **self._registered}
+
+
+
+def user_first(policy: Mapping[type, Callable[..., Any]] | None, defaults: dict[type, Callable[..., Any]],
+               algorithm: str, signature: str, keys: str = "module class") -> dict[type, Callable[..., Any]]:
+    """The policy a surgery applies: the user's ``policy`` entries first, then its ``defaults`` (registered ones included).
+
+    First, so that they win over the defaults for their classes and subclasses. ``policy`` is checked: a
+    mapping of ``nn.Module`` subclasses to functions; the errors name ``algorithm``, what the ``keys`` are
+    and the functions' ``signature`` (``"fn(module, eps)"``).
+    """
+    if policy is None:
+        return defaults
+    if not isinstance(policy, Mapping):
+        raise TypeError(f"{algorithm}(policy={policy!r}): must be a mapping {{{keys}: {signature}}}.")
+    for cls, fn in policy.items():
+        if not (isinstance(cls, type) and issubclass(cls, nn.Module)) or not callable(fn):
+            raise TypeError(
+                f"{algorithm} policy entry {cls!r}: {fn!r} must map an nn.Module subclass to a function "
+                f"{signature} -> module or None."
+            )
+    return {**dict(policy), **{k: v for k, v in defaults.items() if k not in policy}}

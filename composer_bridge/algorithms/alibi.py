@@ -39,16 +39,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from composer_bridge.algorithms import _mha
 from composer_bridge.algorithms._library_policies import load_library_policies, unloaded_policies_hint
-from composer_bridge.algorithms._mha import rebuild_multihead_attention
-from composer_bridge.algorithms._policy_registry import PolicyRegistry
-from composer_bridge.algorithms._surgery import (
-    Optimizers,
-    SurgeryAlgorithm,
-    disable_fused_transformer_paths,
-    replace_modules,
-    warn_no_effect,
-)
+from composer_bridge.algorithms._policy_registry import PolicyRegistry, user_first
+from composer_bridge.algorithms._surgery import Optimizers, SurgeryAlgorithm
 from composer_bridge.core.event import Event
 from composer_bridge.models.gpt import GPT, CausalSelfAttention
 
@@ -109,36 +103,28 @@ class AlibiCausalSelfAttention(CausalSelfAttention):
         return alibi_bias(self.slopes.to(device=device, dtype=torch.float32), length, length).to(dtype)
 
 
-class AlibiMultiheadAttention(nn.MultiheadAttention):
+class AlibiMultiheadAttention(_mha.MultiheadAttentionVariant):
     """``nn.MultiheadAttention`` that adds ALiBi biases to ``attn_mask`` (shares the original's parameters)."""
 
     @classmethod
     def from_multihead_attention(cls, mha: nn.MultiheadAttention) -> AlibiMultiheadAttention:
-        new = rebuild_multihead_attention(cls, mha)
+        new = _mha.rebuild_multihead_attention(cls, mha)
         new.register_buffer("slopes", torch.tensor(alibi_slopes(mha.num_heads)), persistent=False)
         return new
 
-    def forward(  # type: ignore[override]
-        self,
-        query: torch.Tensor,
-        key: torch.Tensor,
-        value: torch.Tensor,
-        key_padding_mask: torch.Tensor | None = None,
-        need_weights: bool = True,
-        attn_mask: torch.Tensor | None = None,
-        average_attn_weights: bool = True,
-        is_causal: bool = False,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def attend(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+               options: _mha.AttentionOptions) -> tuple[torch.Tensor, torch.Tensor | None]:
         batched = query.dim() == 3
         time_dim = 1 if (batched and self.batch_first) else 0
         length, keys = query.shape[time_dim], key.shape[time_dim]
         dtype = query.dtype if query.is_floating_point() else torch.float32
         bias = alibi_bias(self.slopes.to(device=query.device, dtype=torch.float32), length, keys)
-        if is_causal and attn_mask is None:
-            attn_mask = torch.ones(length, keys, dtype=torch.bool, device=query.device).triu(1)
+        attn_mask, key_padding_mask = options.attn_mask, options.key_padding_mask
+        if options.is_causal and attn_mask is None:
+            attn_mask = _mha.causal_mask(length, keys, query.device)
         if attn_mask is not None:
             if attn_mask.dtype == torch.bool:
-                attn_mask = torch.zeros(attn_mask.shape, device=query.device).masked_fill(attn_mask, float("-inf"))
+                attn_mask = _mha.additive_mask(attn_mask, None, query.device)
             if attn_mask.dim() == 3:
                 bias = bias.repeat(attn_mask.shape[0] // self.num_heads, 1, 1)
             bias = bias + attn_mask.float()
@@ -146,12 +132,11 @@ class AlibiMultiheadAttention(nn.MultiheadAttention):
             batch = query.shape[0 if self.batch_first else 1]
             bias = bias.repeat(batch, 1, 1)
         if key_padding_mask is not None and key_padding_mask.dtype == torch.bool:
-            key_padding_mask = torch.zeros(key_padding_mask.shape, device=query.device, dtype=dtype).masked_fill(
-                key_padding_mask, float("-inf")
-            )
-        return super().forward(
-            query, key, value, key_padding_mask=key_padding_mask, need_weights=need_weights,
-            attn_mask=bias.to(dtype), average_attn_weights=average_attn_weights, is_causal=False,
+            key_padding_mask = _mha.additive_mask(key_padding_mask, dtype, query.device)
+        # torch's own attention, with the bias as its mask (super().forward is the variant's, which calls attend)
+        return nn.MultiheadAttention.forward(
+            self, query, key, value, key_padding_mask=key_padding_mask, need_weights=options.need_weights,
+            attn_mask=bias.to(dtype), average_attn_weights=options.average_attn_weights, is_causal=False,
         )
 
 
@@ -193,19 +178,7 @@ def default_alibi_policy() -> dict[type, Callable[[nn.Module, int], nn.Module | 
 
 
 def _merge_policy(policy: AlibiPolicy | None) -> dict[type, Callable[[nn.Module, int], nn.Module | None]]:
-    merged = default_alibi_policy()
-    if policy is None:
-        return merged
-    if not isinstance(policy, Mapping):
-        raise TypeError(f"Alibi(policy={policy!r}): must be a mapping {{module class: fn(module, max_sequence_length)}}.")
-    for cls, fn in policy.items():
-        if not (isinstance(cls, type) and issubclass(cls, nn.Module)) or not callable(fn):
-            raise TypeError(
-                f"Alibi policy entry {cls!r}: {fn!r} must map an nn.Module subclass to a function "
-                "fn(module, max_sequence_length) -> module or None."
-            )
-    # user entries first: they win over the defaults for their classes and subclasses
-    return {**dict(policy), **{k: v for k, v in merged.items() if k not in policy}}
+    return user_first(policy, default_alibi_policy(), "Alibi", "fn(module, max_sequence_length)")
 
 
 def _check(max_sequence_length: int, train_sequence_length_scaling: float = 1.0) -> None:
@@ -244,20 +217,11 @@ def apply_alibi(
         return lambda module, index: fn(module, max_sequence_length)
 
     merged = _merge_policy(policy)
-    policies = {cls: bound(fn) for cls, fn in merged.items()}
-    done = replace_modules(
-        model, policies, optimizers=optimizers, skip=(AlibiCausalSelfAttention, AlibiMultiheadAttention)
+    return _mha.replace_attention(
+        model, {cls: bound(fn) for cls, fn in merged.items()}, optimizers, (AlibiCausalSelfAttention, AlibiMultiheadAttention),
+        "Alibi", merged, "For your own attention class pass policy={YourAttention: fn(module, max_sequence_length)}; for "
+        f"another library's, register_alibi_policy(cls, fn).{unloaded_policies_hint()}",
     )
-    if done:
-        disable_fused_transformer_paths(model)
-    else:
-        known = ", ".join(sorted(cls.__name__ for cls in merged))
-        warn_no_effect(
-            "Alibi", f"attention module it knows ({known})",
-            fix="For your own attention class pass policy={YourAttention: fn(module, max_sequence_length)}; for "
-            f"another library's, register_alibi_policy(cls, fn).{unloaded_policies_hint()}",
-        )
-    return len(done)
 
 
 def _shorten(value: Any, scaling: float) -> Any:

@@ -56,16 +56,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from composer_bridge.algorithms import _mha
 from composer_bridge.algorithms._library_policies import load_library_policies, unloaded_policies_hint
-from composer_bridge.algorithms._mha import rebuild_multihead_attention
-from composer_bridge.algorithms._policy_registry import PolicyRegistry
-from composer_bridge.algorithms._surgery import (
-    Optimizers,
-    SurgeryAlgorithm,
-    disable_fused_transformer_paths,
-    replace_modules,
-    warn_no_effect,
-)
+from composer_bridge.algorithms._policy_registry import PolicyRegistry, user_first
+from composer_bridge.algorithms._surgery import Optimizers, SurgeryAlgorithm
 from composer_bridge.models.gpt import CausalSelfAttention
 
 if TYPE_CHECKING:
@@ -225,7 +219,7 @@ def _gpt_attention(attention: nn.Module, eps: float) -> nn.Module | None:
     return attention
 
 
-class QKNormMultiheadAttention(nn.MultiheadAttention):
+class QKNormMultiheadAttention(_mha.MultiheadAttentionVariant):
     """``nn.MultiheadAttention`` with queries and keys RMS-normalised per head (shares the original's parameters).
 
     Computes the attention itself (``F.scaled_dot_product_attention``, or explicit softmax
@@ -247,24 +241,16 @@ class QKNormMultiheadAttention(nn.MultiheadAttention):
                 "projection of the input, so its scale would not be normalised like the others. Fix: build the "
                 "attention without it, or leave QKNorm out for this model."
             )
-        new = rebuild_multihead_attention(cls, mha, keep_bias_kv=False)  # refused above: nothing to keep
+        new = _mha.rebuild_multihead_attention(cls, mha, keep_bias_kv=False)  # refused above: nothing to keep
         reference = mha.out_proj.weight
         new.q_norm = HeadRMSNorm(mha.head_dim, eps).to(device=reference.device, dtype=reference.dtype)
         new.k_norm = HeadRMSNorm(mha.head_dim, eps).to(device=reference.device, dtype=reference.dtype)
         new.train(mha.training)
         return new
 
-    def forward(  # type: ignore[override]
-        self,
-        query: torch.Tensor,
-        key: torch.Tensor,
-        value: torch.Tensor,
-        key_padding_mask: torch.Tensor | None = None,
-        need_weights: bool = True,
-        attn_mask: torch.Tensor | None = None,
-        average_attn_weights: bool = True,
-        is_causal: bool = False,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def attend(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+               options: _mha.AttentionOptions) -> tuple[torch.Tensor, torch.Tensor | None]:
+        key_padding_mask = options.key_padding_mask
         batched = query.dim() == 3
         if not batched:
             query, key, value = query.unsqueeze(0), key.unsqueeze(0), value.unsqueeze(0)
@@ -273,16 +259,16 @@ class QKNormMultiheadAttention(nn.MultiheadAttention):
         elif not self.batch_first:
             query, key, value = query.transpose(0, 1), key.transpose(0, 1), value.transpose(0, 1)
         q, k, v = self._projected(query, key, value)  # (N, heads, L or S, head_dim)
-        mask = self._additive_mask(attn_mask, key_padding_mask, is_causal, q)
+        mask = self._additive_mask(options.attn_mask, key_padding_mask, options.is_causal, q)
         dropout = self.dropout if self.training else 0.0
         weights = None
-        if need_weights:
+        if options.need_weights:
             scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)
             if mask is not None:
                 scores = scores + mask
             weights = F.dropout(torch.softmax(scores, dim=-1), p=dropout)
             out = weights @ v
-            if average_attn_weights:
+            if options.average_attn_weights:
                 weights = weights.mean(dim=1)
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
@@ -317,12 +303,10 @@ class QKNormMultiheadAttention(nn.MultiheadAttention):
         batch, _, length, _ = q.shape
 
         def additive(mask: torch.Tensor) -> torch.Tensor:
-            if mask.dtype == torch.bool:
-                return torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill(mask, float("-inf"))
-            return mask.to(q.dtype)
+            return _mha.additive_mask(mask, q.dtype, q.device) if mask.dtype == torch.bool else mask.to(q.dtype)
 
         if attn_mask is None and is_causal:
-            attn_mask = torch.ones(length, length, dtype=torch.bool, device=q.device).triu(1)
+            attn_mask = _mha.causal_mask(length, length, q.device)
         total = None
         if attn_mask is not None:
             total = additive(attn_mask)
@@ -419,18 +403,7 @@ def default_qk_norm_policy() -> dict[type, Callable[[nn.Module, float], nn.Modul
 
 
 def _merge_policy(policy: QKNormPolicy | None) -> dict[type, Callable[[nn.Module, float], nn.Module | None]]:
-    merged = default_qk_norm_policy()
-    if policy is None:
-        return merged
-    if not isinstance(policy, Mapping):
-        raise TypeError(f"QKNorm(policy={policy!r}): must be a mapping {{attention class: fn(module, eps)}}.")
-    for cls, fn in policy.items():
-        if not (isinstance(cls, type) and issubclass(cls, nn.Module)) or not callable(fn):
-            raise TypeError(
-                f"QKNorm policy entry {cls!r}: {fn!r} must map an nn.Module subclass to a function fn(module, eps) "
-                "-> module or None."
-            )
-    return {**dict(policy), **{k: v for k, v in merged.items() if k not in policy}}
+    return user_first(policy, default_qk_norm_policy(), "QKNorm", "fn(module, eps)", keys="attention class")
 
 
 def _with_structural(policies: dict) -> dict:
@@ -477,21 +450,13 @@ def apply_qk_norm(
     def bound(fn: Callable[[nn.Module, float], nn.Module | None]) -> Callable[[nn.Module, int], nn.Module | None]:
         return lambda module, index: fn(module, eps)
 
-    done = replace_modules(
-        model, {key: bound(fn) for key, fn in _with_structural(merged).items()}, optimizers=optimizers,
-        skip=(QKNormMultiheadAttention, QKNormProjection),
+    return _mha.replace_attention(
+        model, {key: bound(fn) for key, fn in _with_structural(merged).items()}, optimizers,
+        (QKNormMultiheadAttention, QKNormProjection), "QKNorm", merged,
+        "Models whose attention normalises queries and keys already (Qwen3, Gemma 3, OLMo 2) need nothing. "
+        "For your own attention class pass policy={YourAttention: fn(module, eps)} (normalise_projection does "
+        f"the wrapping); for another library's, register_qk_norm_policy(cls, fn).{unloaded_policies_hint()}",
     )
-    if done:
-        disable_fused_transformer_paths(model)
-    else:
-        known = ", ".join(sorted(cls.__name__ for cls in merged))
-        warn_no_effect(
-            "QKNorm", f"attention module it knows ({known})",
-            fix="Models whose attention normalises queries and keys already (Qwen3, Gemma 3, OLMo 2) need nothing. "
-            "For your own attention class pass policy={YourAttention: fn(module, eps)} (normalise_projection does "
-            f"the wrapping); for another library's, register_qk_norm_policy(cls, fn).{unloaded_policies_hint()}",
-        )
-    return len(done)
 
 
 class QKNorm(SurgeryAlgorithm):
