@@ -1,5 +1,6 @@
-"""What LowPrecisionLayerNorm and LowPrecisionGroupNorm share: the autocast dtype, the mixed
-precisions they apply in, the surgery body and the ``apply_at`` handling.
+"""What LowPrecisionLayerNorm and LowPrecisionGroupNorm share: the low-precision forward, the twin
+that shares the original's parameters, the mixed precisions they apply in, the surgery body and the
+``apply_at`` handling.
 
 Examples:
     >>> import torch
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import torch
 from torch import nn
@@ -35,12 +36,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MIXED_PRECISIONS",
+    "LowPrecisionNorm",
     "LowPrecisionNormSurgery",
     "autocast_dtype",
     "cast_if",
     "check_apply_at",
     "check_mixed",
     "replace_norms_in_low_precision",
+    "sharing_parameters",
 ]
 
 #: Lightning's (and Composer's) names of the mixed precisions in which low-precision norms help.
@@ -59,6 +62,39 @@ def autocast_dtype(tensor: torch.Tensor) -> torch.dtype | None:
 def cast_if(tensor: torch.Tensor | None, dtype: torch.dtype | None) -> torch.Tensor | None:
     """``tensor`` in ``dtype``; ``None`` (no tensor, or no autocast dtype) leaves it as it is."""
     return tensor if tensor is None or dtype is None else tensor.to(dtype)
+
+
+class LowPrecisionNorm(nn.Module):
+    """The base of a norm layer (``class LPGroupNorm(LowPrecisionNorm, nn.GroupNorm)``) that, under autocast,
+    normalises in the autocast dtype rather than fp32; outside autocast it is the norm it subclasses.
+
+    A subclass says how it normalises in :meth:`normalise`, given the input and its affine parameters
+    already in the autocast dtype.
+    """
+
+    weight: torch.Tensor | None
+    bias: torch.Tensor | None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = autocast_dtype(x)
+        if dtype is None:
+            return super().forward(x)  # the norm's own forward (next in the subclass's MRO)
+        with torch.autocast(x.device.type, enabled=False):
+            return self.normalise(x.to(dtype), cast_if(self.weight, dtype), cast_if(self.bias, dtype))
+
+    def normalise(self, x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None) -> torch.Tensor:
+        """``x`` normalised with ``weight`` and ``bias`` (all in the autocast dtype), autocast off."""
+        raise NotImplementedError(f"{type(self).__name__} must define normalise(x, weight, bias).")
+
+
+N = TypeVar("N", bound=nn.Module)
+
+
+def sharing_parameters(twin: N, layer: nn.Module) -> N:
+    """``twin`` (built on the meta device) holding ``layer``'s weight and bias, so optimizers stay valid."""
+    twin.weight = layer.weight
+    twin.bias = layer.bias
+    return twin
 
 
 def check_mixed(precision: str | None, algorithm: str, stacklevel: int = 3) -> bool:

@@ -22,12 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from composer_bridge.algorithms._low_precision import (
-    LowPrecisionNormSurgery,
-    autocast_dtype,
-    cast_if,
-    replace_norms_in_low_precision,
-)
+from composer_bridge.algorithms import _low_precision
 from composer_bridge.algorithms._surgery import Optimizers
 
 if TYPE_CHECKING:
@@ -36,7 +31,7 @@ if TYPE_CHECKING:
 __all__ = ["LPGroupNorm", "LowPrecisionGroupNorm", "apply_low_precision_groupnorm"]
 
 
-class LPGroupNorm(nn.GroupNorm):
+class LPGroupNorm(_low_precision.LowPrecisionNorm, nn.GroupNorm):
     """``nn.GroupNorm`` that, under autocast, normalises in the autocast dtype rather than fp32."""
 
     @classmethod
@@ -44,42 +39,28 @@ class LPGroupNorm(nn.GroupNorm):
         """A low-precision twin of ``layer`` that shares its parameters (optimizers stay valid)."""
         new = cls(layer.num_groups, layer.num_channels, eps=layer.eps, affine=False, device="meta")
         new.affine = layer.affine
-        new.weight = layer.weight
-        new.bias = layer.bias
-        return new
+        return _low_precision.sharing_parameters(new, layer)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = autocast_dtype(x)
-        if dtype is None:
-            return super().forward(x)
-        with torch.autocast(x.device.type, enabled=False):
-            return F.group_norm(x.to(dtype), self.num_groups, cast_if(self.weight, dtype), cast_if(self.bias, dtype), self.eps)
+    def normalise(self, x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None) -> torch.Tensor:
+        return F.group_norm(x, self.num_groups, weight, bias, self.eps)
 
 
 def apply_low_precision_groupnorm(
     model: nn.Module, precision: str | None = None, optimizers: Optimizers = None
 ) -> int:
-    """Replace every ``nn.GroupNorm`` of ``model`` with :class:`LPGroupNorm` (in place).
+    """Replace every ``nn.GroupNorm`` of ``model`` with :class:`LPGroupNorm` (in place); the number replaced.
 
-    Args:
-        model: the model to change.
-        precision: the run's precision (Lightning's strings). Nothing is replaced unless it is
-            ``"bf16-mixed"`` or ``"16-mixed"`` (a :class:`NoEffectWarning` says so).
-        optimizers: accepted for symmetry; the parameters are shared, so optimizers stay valid.
-
-    Returns:
-        The number of layers replaced.
+    The arguments are those of
+    :func:`~composer_bridge.algorithms.low_precision_layernorm.apply_low_precision_layernorm`: nothing is
+    replaced unless ``precision`` is ``"bf16-mixed"`` or ``"16-mixed"``, and optimizers stay valid.
     """
-    return replace_norms_in_low_precision(
+    return _low_precision.replace_norms_in_low_precision(
         model, precision, optimizers, "LowPrecisionGroupNorm", nn.GroupNorm, LPGroupNorm, LPGroupNorm.from_groupnorm
     )
 
 
-class LowPrecisionGroupNorm(LowPrecisionNormSurgery):
-    """Run GroupNorms in the autocast dtype; applied at ``apply_at`` (``Event.INIT`` by default).
-
-    Args:
-        apply_at: ``"init"``, ``"before_load"`` or ``"after_load"`` (an :class:`Event` works too).
+class LowPrecisionGroupNorm(_low_precision.LowPrecisionNormSurgery):
+    """Run GroupNorms in the autocast dtype, at ``apply_at`` as :class:`~composer_bridge.algorithms.LowPrecisionLayerNorm` does.
 
     Examples:
         >>> LowPrecisionGroupNorm(apply_at="after_load")

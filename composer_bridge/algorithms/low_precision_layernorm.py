@@ -24,12 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from composer_bridge.algorithms._low_precision import (
-    LowPrecisionNormSurgery,
-    autocast_dtype,
-    cast_if,
-    replace_norms_in_low_precision,
-)
+from composer_bridge.algorithms import _low_precision
 from composer_bridge.algorithms._surgery import Optimizers
 
 if TYPE_CHECKING:
@@ -38,7 +33,7 @@ if TYPE_CHECKING:
 __all__ = ["LPLayerNorm", "LowPrecisionLayerNorm", "apply_low_precision_layernorm"]
 
 
-class LPLayerNorm(nn.LayerNorm):
+class LPLayerNorm(_low_precision.LowPrecisionNorm, nn.LayerNorm):
     """``nn.LayerNorm`` that, under autocast, normalises in the autocast dtype rather than fp32."""
 
     @classmethod
@@ -46,18 +41,10 @@ class LPLayerNorm(nn.LayerNorm):
         """A low-precision twin of ``layer`` that shares its parameters (optimizers stay valid)."""
         new = cls(layer.normalized_shape, eps=layer.eps, elementwise_affine=False, device="meta")
         new.elementwise_affine = layer.elementwise_affine
-        new.weight = layer.weight
-        new.bias = layer.bias
-        return new
+        return _low_precision.sharing_parameters(new, layer)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = autocast_dtype(x)
-        if dtype is None:
-            return super().forward(x)
-        with torch.autocast(x.device.type, enabled=False):
-            return F.layer_norm(
-                x.to(dtype), self.normalized_shape, cast_if(self.weight, dtype), cast_if(self.bias, dtype), self.eps
-            )
+    def normalise(self, x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None) -> torch.Tensor:
+        return F.layer_norm(x, self.normalized_shape, weight, bias, self.eps)
 
 
 def apply_low_precision_layernorm(
@@ -74,12 +61,12 @@ def apply_low_precision_layernorm(
     Returns:
         The number of layers replaced.
     """
-    return replace_norms_in_low_precision(
+    return _low_precision.replace_norms_in_low_precision(
         model, precision, optimizers, "LowPrecisionLayerNorm", nn.LayerNorm, LPLayerNorm, LPLayerNorm.from_layernorm
     )
 
 
-class LowPrecisionLayerNorm(LowPrecisionNormSurgery):
+class LowPrecisionLayerNorm(_low_precision.LowPrecisionNormSurgery):
     """Run LayerNorms in the autocast dtype; applied at ``apply_at`` (``Event.INIT`` by default).
 
     Args:
