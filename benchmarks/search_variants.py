@@ -80,7 +80,7 @@ def replay(out: Path, variant: str, workloads: list[str] | None, proxy: bool, dr
             "confirmed": found["confirmed_mean"], "cost": round(cost["search_in_baseline_runs"], 3),
             "cost_full_runs": cost.get("search_in_full_runs"), "fits_trained_now": cost["fits_trained_now"],
             "original_labels": record["labels"], "original_confirmed": record["confirmed_mean"],
-            "original_cost": round(was["search_in_baseline_runs"], 3), "steps": found["steps"],
+            "original_cost": round(was["search_in_baseline_runs"], 3), "steps": found.get("decisions", found["steps"]),
         })
         print(json.dumps({k: v for k, v in rows[-1].items() if k != "steps"}), flush=True)
     return rows

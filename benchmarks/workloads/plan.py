@@ -47,15 +47,17 @@ class Settings:
     configs: tuple[str, ...] | None = None  #: only these configurations (names as in the tables)
     search: bool = True
     search_workloads: tuple[str, ...] | None = None  #: the search on these workloads only (``None``: every one)
-    search_lengths: tuple[float, ...] = (0.25, 0.5, 1.0)  #: the search's run lengths, as fractions of B
+    #: the search's run lengths, as fractions of B (the prescription search: its baseline run is the longest, the
+    #: held-out runs' 4/3 B, and a prescription may be any of them)
+    search_lengths: tuple[float, ...] = (0.5, 0.75, 1.0, 4 / 3)
     #: the search's budget in its own baseline runs (every run length on one seed), timed from the tuning fits
-    search_budget_runs: float = 30.0
+    search_budget_runs: float = 3.0
     search_screen: float | None = 1 / 3  #: the search's first look (search_recipe's ``screen``)
     #: the search method's revision: part of a search's key, so a changed method searches again (its state folder
     #: starts as a copy of the previous revision's, whose fits the same code trains)
-    search_method: str = "halving"
+    search_method: str = "prescribe"
     #: the proxy search: the same search at this fraction of every run length, confirmed at full size (None: none)
-    proxy_fraction: float | None = 0.25
+    proxy_fraction: float | None = None
     search_kwargs: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
 
 
@@ -75,6 +77,7 @@ class SearchSpec:
     proxy_fraction: float | None = None  #: search at this fraction of the run lengths, confirm at full size
     screen: float | None = None  #: search_recipe's ``screen`` (``None``: every configuration raced in full)
     method: str = ""  #: the search method's revision (``Settings.search_method``; ``""``: the first look at one length)
+    target: float | None = None  #: the quality to reach (the prescription search: the workload's target)
 
     @property
     def name(self) -> str:
@@ -89,6 +92,7 @@ class SearchSpec:
         proxy = "" if self.proxy_fraction is None else f"|proxy {self.proxy_fraction:g}"
         screen = "" if self.screen is None else f"|screen {self.screen:.3g}"
         method = f"|{self.method}" if self.method else ""
+        method += "" if self.target is None else f"|target {self.target:.6g}"
         return (f"{self.workload}|search|{self.lr:g}|{list(self.run_lengths)}|{list(self.search_seeds)}{budget}"
                 f"{extra}{proxy}{screen}{method}")
 
@@ -158,24 +162,37 @@ class WorkloadPlan:
             self._configs = configs, left_out
         return self._configs
 
-    def heldout(self, config: str, candidates: tuple, lr: float) -> list[FitSpec]:
-        return [self.spec(config, candidates, seed, lr, self.run_steps, "heldout") for seed in self.settings.heldout_seeds]
+    def heldout(self, config: str, candidates: tuple, lr: float, steps: int | None = None) -> list[FitSpec]:
+        """The held-out runs of a configuration, ``steps`` long (default the held-out length, 4/3 B)."""
+        return [self.spec(config, candidates, seed, lr, steps or self.run_steps, "heldout")
+                for seed in self.settings.heldout_seeds]
 
     # --- phase 4: the search ----------------------------------------------------------------------
     def search_spec(self, lr: float, store: Store, proxy: bool = False) -> SearchSpec:
-        """The search, its budget ``search_budget_runs`` of its own baseline runs (``max_baseline_runs``).
+        """The search, its budget ``search_budget_runs`` runs of B, in its own baseline runs (``max_baseline_runs``).
 
-        It decides on the first two target seeds, takes a step's best only after a third (its finalist seed),
-        and confirms on the last two target seeds and one more (13, 14, 15), so that its estimate's interval is
-        for a mean over three unseen seeds, as the held-out rows are. The proxy search runs the same search at
-        ``proxy_fraction`` of every run length (its budget in its own, proxy baseline runs) and confirms on one
-        full-size seed."""
+        With the prescription search (``search_method="prescribe"``): its baseline run is the longest run length
+        (the held-out length, 4/3 B) on the first target seed, so 3 runs of B are 2.25 of its own; it aims at the
+        workload's target (fixed from the target seeds, never the held-out ones), checks its best on the second
+        target seed and confirms nothing (the held-out runs measure it). The greedy search (``"halving"``)
+        decides on the first two target seeds, takes a step's best only after a third (its finalist seed), and
+        confirms on the last two target seeds and one more; its proxy runs the same search at
+        ``proxy_fraction`` of every run length and confirms on one full-size seed."""
         lengths = tuple(sorted({max(1, round(self.budget * f)) for f in self.settings.search_lengths}))
         kwargs = dict(self.settings.search_kwargs)
         fraction = self.settings.proxy_fraction if proxy else None
+        target = self.settings.target_seeds
+        if self.settings.search_method == "prescribe":
+            fixed = self.target(store, lr)
+            runs = self.settings.search_budget_runs * self.budget / max(lengths)
+            if "max_fits" not in kwargs:
+                kwargs["max_baseline_runs"] = round(runs, 6)
+            kwargs.setdefault("eval_every", self.eval_every)
+            return SearchSpec(self.workload.name, lr, lengths, target[:1], (), kwargs,
+                              budget_runs=kwargs.get("max_baseline_runs"), finalist_seeds=target[1:2],
+                              method="prescribe", target=None if fixed is None else fixed[0])
         if "max_fits" not in kwargs:  # its own baseline runs, timed by the search (the proxy's, on the proxy)
             kwargs["max_baseline_runs"] = self.settings.search_budget_runs
-        target = self.settings.target_seeds
         confirm = (*target[3:], max(target) + 1)[: 1 if proxy else None]
         return SearchSpec(self.workload.name, lr, lengths, target[:2], tuple(confirm), kwargs,
                           budget_runs=kwargs.get("max_baseline_runs"), finalist_seeds=target[2:3],
@@ -208,5 +225,6 @@ class WorkloadPlan:
                     wanted.append(search)
                 elif record.get("recipe") is not None:  # a search that failed has no pick (its error is reported)
                     pick = tuple((name, kwargs) for name, kwargs in record["recipe"])
-                    wanted += self.heldout(search.name, pick, lr)
+                    steps = record.get("steps")  # the prescription's length (the greedy search's records: a list)
+                    wanted += self.heldout(search.name, pick, lr, steps if isinstance(steps, int) else None)
         return [s for s in wanted if isinstance(s, SearchSpec) or self.key(s) not in store]

@@ -24,11 +24,11 @@ __all__ = ["assemble", "cell", "heldout_mean", "markdown", "plot", "search_table
 
 
 def _seed_times(plan: WorkloadPlan, store: Store, config: str, candidates: tuple, lr: float, target: float,
-                cap: float) -> tuple[dict[str, dict[str, Any]], str | None, bool]:
+                cap: float, steps: int | None = None) -> tuple[dict[str, dict[str, Any]], str | None, bool]:
     """Per held-out seed ``{"steps", "seconds"}``, the first error, and whether every fit has finished."""
     seeds: dict[str, dict[str, Any]] = {}
     error, complete = None, True
-    for spec in plan.heldout(config, candidates, lr):
+    for spec in plan.heldout(config, candidates, lr, steps):
         record = store.get(spec.key)
         if record is None:
             complete = False
@@ -54,9 +54,11 @@ def assemble(plans: list[WorkloadPlan], store: Store) -> dict[str, Any]:
         configs, left_out = plan.configurations(lr)
         searches = {spec.name: store.get(spec.key) for spec in plan.search_specs(lr, store)} if plan.searched else {}
         named = dict(configs)
+        lengths: dict[str, int | None] = {}  # a search's pick trains at its prescription's length
         for name, search in searches.items():
             if search is not None and search.get("recipe") is not None:
                 named[name] = tuple((n, k) for n, k in search["recipe"])
+                lengths[name] = search.get("steps") if isinstance(search.get("steps"), int) else None
         entry: dict[str, Any] = {
             "description": plan.workload.description, "monitor": plan.workload.monitor, "mode": plan.workload.mode,
             "target": target, "target_seeds": list(plan.settings.target_seeds),
@@ -67,11 +69,12 @@ def assemble(plans: list[WorkloadPlan], store: Store) -> dict[str, Any]:
         }
         base_seeds, _, _ = _seed_times(plan, store, "baseline", (), lr, target, cap)
         for name, candidates in named.items():
-            seeds, error, complete = _seed_times(plan, store, name, candidates, lr, target, cap)
+            seeds, error, complete = _seed_times(plan, store, name, candidates, lr, target, cap, lengths.get(name))
             if error and not seeds:
                 entry["not_applicable"][name] = f"refused when it trained: {error}"
                 continue
-            row: dict[str, Any] = {"algorithms": [list(p) for p in candidates], "seeds": seeds, "complete": complete}
+            row: dict[str, Any] = {"algorithms": [list(p) for p in candidates], "seeds": seeds, "complete": complete,
+                                   "steps": lengths.get(name) or plan.run_steps}
             if error:
                 row["error"] = error
             row["speedup"] = scores.speedups({s: v["seconds"] for s, v in base_seeds.items()},

@@ -53,6 +53,9 @@ def run_search(spec: SearchSpec, folder: Path) -> dict[str, Any]:
     if state != previous and not state.exists() and previous.exists():
         # the previous revision's fits, trained by the same code, are read instead of trained again
         shutil.copytree(previous, state)
+    extra: dict[str, Any] = {}
+    if spec.method == "prescribe":
+        extra = {"method": "prescribe", "target": spec.target}
     try:
         result = search_recipe(
             functools.partial(workload.make_module, lr=spec.lr), workload.make_data, monitor=workload.monitor,
@@ -60,7 +63,7 @@ def run_search(spec: SearchSpec, folder: Path) -> dict[str, Any]:
             confirm_seeds=list(spec.confirm_seeds), trainer_kwargs={"accelerator": "cpu", "devices": 1},
             state_dir=state, progress=False, proxy=proxy,
             finalist_seeds=list(spec.finalist_seeds) if spec.finalist_seeds else None, screen=spec.screen,
-            **spec.search_kwargs)
+            **extra, **spec.search_kwargs)
     except Exception as error:  # noqa: BLE001 - the benchmark goes on without this search; its reason is kept
         return {**record, "recipe": None, "error": f"{type(error).__name__}: {error}"[:2000],
                 "wall_s": round(time.perf_counter() - started, 2)}
@@ -77,5 +80,8 @@ def run_search(spec: SearchSpec, folder: Path) -> dict[str, Any]:
         "runner_up_confirmed": None if result.runner_up_confirmed is None else result.runner_up_confirmed.mean,
         "proxy": None if proxy is None else {"fraction": spec.proxy_fraction, "run_lengths": list(proxy.run_lengths)},
         "cost": {k: v for k, v in result.cost.items() if isinstance(v, (int, float, str, type(None)))},
-        "steps": list(result.steps), "wall_s": round(time.perf_counter() - started, 2),
+        "decisions": list(result.steps), "wall_s": round(time.perf_counter() - started, 2),
+        # the run length the pick trains for on the held-out seeds: the prescription's (as handed over)
+        "steps": None if result.prescription is None else result.prescription.steps,
+        "prescription": None if result.prescription is None else result.prescription.as_dict(),
     }

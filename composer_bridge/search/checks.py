@@ -11,6 +11,7 @@ Examples:
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -55,10 +56,14 @@ def check_run_lengths(run_lengths: Sequence[int]) -> list[int]:
     return sorted(lengths)
 
 
-def check_seeds(search_seeds: Sequence[int], confirm_seeds: Sequence[int]) -> tuple[list[int], list[int]]:
-    """The seeds as lists; both non-empty ints, and no confirmation seed among the search seeds."""
+def check_seeds(search_seeds: Sequence[int], confirm_seeds: Sequence[int],
+                allow_no_confirm: bool = False) -> tuple[list[int], list[int]]:
+    """The seeds as lists; both non-empty ints (``confirm_seeds`` may be empty with ``allow_no_confirm``), and no
+    confirmation seed among the search seeds."""
     search, confirm = list(search_seeds), list(confirm_seeds)
     for name, seeds in (("search_seeds", search), ("confirm_seeds", confirm)):
+        if name == "confirm_seeds" and allow_no_confirm and seeds == []:
+            continue
         if not seeds or any(isinstance(s, bool) or not isinstance(s, int) for s in seeds) \
                 or len(set(seeds)) != len(seeds):
             raise SearchInputError(f"{name}={seeds!r}: expected a non-empty list of distinct ints.")
@@ -125,6 +130,34 @@ def check_shortlist(shortlist: bool) -> bool:
         raise SearchInputError(f"shortlist={shortlist!r}: expected True (the steps after the first try only the "
                                "candidates the first look kept) or False (every step tries every candidate).")
     return shortlist
+
+
+def check_method(method: str) -> str:
+    """``method`` is ``"prescribe"`` or ``"greedy"``."""
+    if method not in ("prescribe", "greedy"):
+        raise SearchInputError(f"method={method!r}: expected 'prescribe' (a run to start, measured as handed over: the "
+                               "default) or 'greedy' (the earlier greedy search over curves).")
+    return method
+
+
+def check_target(target: float | None) -> float | None:
+    """``target`` is ``None`` or a finite number."""
+    if target is None:
+        return None
+    if isinstance(target, bool) or not isinstance(target, (int, float)) or not math.isfinite(target):
+        raise SearchInputError(f"target={target!r}: expected the quality to reach as a number (e.g. target=0.9 for "
+                               "val/acc), or None for the baseline run's best.")
+    return float(target)
+
+
+def check_eval_every(eval_every: int | None, longest: int) -> int | None:
+    """``eval_every`` is ``None`` or a positive int no longer than the longest run."""
+    if eval_every is None:
+        return None
+    if isinstance(eval_every, bool) or not isinstance(eval_every, int) or not 1 <= eval_every <= longest:
+        raise SearchInputError(f"eval_every={eval_every!r}: expected optimizer steps between validations, an int from "
+                               f"1 to the longest run length {longest} (e.g. {max(1, longest // 16)}), or None.")
+    return eval_every
 
 
 def check_confidence(confidence: float) -> float:

@@ -20,44 +20,18 @@ Examples:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
-from composer_bridge.search.candidates import Candidate
-
-#: How a fit's error starts when the fit raised with candidates (not a worker that died): the candidates'
-#: failure on this model. The configuration then drops out of the search with that reason.
-RAISED = "raised "
+from composer_bridge.search.fit_task import (
+    RAISED,
+    FitOutcome,
+    FitTask,
+    curve_fields,
+    device_count,
+    needs_own_launcher,
+)
 
 __all__ = ["RAISED", "Executor", "FitOutcome", "FitTask", "InProcessExecutor", "device_count", "execute", "needs_own_launcher"]
-
-
-@dataclass
-class FitTask:
-    """Everything one fit needs; picklable when the factories are defined at module level."""
-
-    make_module: Callable[..., Any]
-    make_data: Callable[..., Any]
-    candidates: list[Candidate]
-    steps: int
-    seed: int
-    monitor: str
-    clock: str
-    trainer_kwargs: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class FitOutcome:
-    """What one fit measured, or why it failed (``error``; then ``quality`` is NaN)."""
-
-    quality: float
-    seconds: float  #: on the search's clock
-    cpu_s: float
-    wall_s: float
-    fit_wall_s: float  #: the whole fit and validation, Lightning's set-up included
-    error: str | None = None
-    processes: int = 1  #: the Trainer's world size: 2 for a DDP fit on two devices
 
 
 class Executor(Protocol):
@@ -90,45 +64,6 @@ class Executor(Protocol):
         """Cancel what is still queued and release resources."""
 
 
-def needs_own_launcher(trainer_kwargs: dict[str, Any]) -> bool:
-    """Does a Trainer with these settings start more processes (DDP on several devices or nodes)?
-
-    Examples:
-        >>> needs_own_launcher({"strategy": "ddp", "devices": 2}), needs_own_launcher({"devices": 1})
-        (True, False)
-    """
-    strategy = trainer_kwargs.get("strategy", "auto")
-    if isinstance(strategy, str) and "spawn" in strategy:
-        return False  # Lightning's spawn launchers start the ranks from the fit itself
-    return device_count(trainer_kwargs) > 1 or trainer_kwargs.get("num_nodes", 1) > 1
-
-
-def device_count(trainer_kwargs: dict[str, Any]) -> int:
-    """How many devices (processes, for DDP) one fit with these Trainer settings uses on one machine.
-
-    Examples:
-        >>> device_count({"devices": 2}), device_count({"devices": [0, 1, 2]}), device_count({"accelerator": "cpu"})
-        (2, 3, 1)
-    """
-    devices = trainer_kwargs.get("devices", "auto")
-    accelerator = str(trainer_kwargs.get("accelerator", "auto"))
-    if isinstance(devices, bool):
-        return 1
-    if isinstance(devices, (list, tuple)):
-        return len(devices)
-    if isinstance(devices, str) and "," in devices:
-        return len([d for d in devices.split(",") if d.strip()])
-    if isinstance(devices, str) and devices.strip().lstrip("-").isdigit():
-        devices = int(devices)
-    if devices in ("auto", -1):
-        if accelerator == "cpu":
-            return 1
-        import torch
-
-        return max(1, torch.cuda.device_count())
-    return int(devices) if isinstance(devices, int) else 1
-
-
 def execute(task: FitTask) -> FitOutcome:
     """Run one fit here (or, for a multi-process Trainer, in a child process with its own launcher)."""
     if needs_own_launcher(task.trainer_kwargs):
@@ -141,7 +76,7 @@ def execute(task: FitTask) -> FitOutcome:
     try:
         algorithms = [c.build(task.steps) for c in task.candidates]
         quality, timer, module = run_fit(task.make_module, task.make_data, algorithms, task.steps, task.seed,
-                                         task.monitor, task.clock, task.trainer_kwargs)
+                                         task.monitor, task.clock, task.trainer_kwargs, curve=task.curve)
     except Exception as error:
         if not task.candidates:
             raise  # the user's own run fails without any candidate: a bug to fix, not a result
@@ -150,7 +85,7 @@ def execute(task: FitTask) -> FitOutcome:
         reason = f"{RAISED}{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
         return FitOutcome(float("nan"), 0.0, 0.0, 0.0, time.perf_counter() - started, error=reason[:500])
     return FitOutcome(quality, timer.seconds(task.clock), timer.cpu_s, timer.wall_s, time.perf_counter() - started,
-                      processes=module.trainer.world_size)
+                      processes=module.trainer.world_size, **curve_fields(timer))
 
 
 class InProcessExecutor:

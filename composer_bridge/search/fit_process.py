@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from composer_bridge.search.errors import SearchInputError
-from composer_bridge.search.executor import FitOutcome, FitTask
+from composer_bridge.search.fit_task import FitOutcome, FitTask
 
 __all__ = ["ATTEMPTS", "check_shippable", "run_in_child"]
 
@@ -77,7 +77,7 @@ def check_shippable(task: FitTask, where: str) -> None:
 def _child_env(task: FitTask) -> dict[str, str]:
     import torch
 
-    from composer_bridge.search.executor import device_count
+    from composer_bridge.search.fit_task import device_count
 
     env = dict(os.environ)
     # The cores this process was given, shared by the fit's processes (a Ray task's, or the user's setting).
@@ -118,15 +118,16 @@ def main(argv: list[str]) -> None:
     """The child: one fit; rank 0 writes its outcome (atomically) to ``argv[1]``."""
     import time
 
+    from composer_bridge.search.fit_task import curve_fields
     from composer_bridge.search.trial import run_fit
 
     task: FitTask = pickle.loads(Path(argv[0]).read_bytes())
     algorithms = [c.build(task.steps) for c in task.candidates]
     started = time.perf_counter()
     quality, timer, module = run_fit(task.make_module, task.make_data, algorithms, task.steps, task.seed,
-                                     task.monitor, task.clock, task.trainer_kwargs)
+                                     task.monitor, task.clock, task.trainer_kwargs, curve=task.curve)
     outcome = FitOutcome(quality, timer.seconds(task.clock), timer.cpu_s, timer.wall_s, time.perf_counter() - started,
-                         processes=module.trainer.world_size)
+                         processes=module.trainer.world_size, **curve_fields(timer))
     if module.global_rank == 0:
         path = Path(argv[1])
         tmp = path.with_name(path.name + ".part")

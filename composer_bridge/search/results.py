@@ -16,6 +16,7 @@ from pathlib import Path
 from composer_bridge.search.candidates import Candidate
 from composer_bridge.search.cost import SearchCost
 from composer_bridge.search.estimate import Estimate
+from composer_bridge.search.prescription import Prescription
 from composer_bridge.search.recorded_settings import RecordedSettings
 from composer_bridge.search.scoring import QualityWithin, SpeedUp
 from composer_bridge.search.trial import FitRecord
@@ -73,6 +74,9 @@ class SearchResult:
         estimate: what the pick should give on seeds it never saw, from the search's own scores corrected
             for having been chosen, with a 90 % interval (:class:`~composer_bridge.search.estimate.Estimate`;
             ``None`` when the recipe is empty). The confirmation checks it.
+        prescription: the run to start: the algorithms, the run length (``max_steps`` and the schedule's
+            ``total_steps``), the target and the speed-up to expect with its interval
+            (:class:`~composer_bridge.search.prescription.Prescription`; ``prescription.callback()`` builds it).
         runner_up: when the recipe is empty, the configuration that scored best on the search seeds
             without being sure enough to be taken; it is confirmed too (``runner_up_confirmed``, and
             ``"best tried"`` in ``quality_within_baseline_time``), as a second opinion.
@@ -94,6 +98,7 @@ class SearchResult:
     estimate: Estimate | None = None
     runner_up: list[Candidate] = field(default_factory=list)
     runner_up_confirmed: SpeedUp | None = None
+    prescription: Prescription | None = None
 
     def summary(self) -> str:
         """A few lines for the terminal: the verdict, the recipe and the confirmed speed-up, the cost."""

@@ -31,6 +31,7 @@ from composer_bridge.search.errors import SearchInputError
 from composer_bridge.search.executor import Executor, InProcessExecutor
 from composer_bridge.search.fit_scheduler import FitScheduler, baseline_run_seconds
 from composer_bridge.search.greedy import GreedySearch, mean_score
+from composer_bridge.search.prescription import Prescription
 from composer_bridge.search.proxy import Proxy
 from composer_bridge.search.recorded_settings import RecordedSettings
 from composer_bridge.search.results import BudgetExhausted, SearchResult, config_name
@@ -38,7 +39,10 @@ from composer_bridge.search.settings import SearchSettings
 from composer_bridge.search.state import SearchState
 from composer_bridge.search.trial import CLOCKS
 
-__all__ = ["search_recipe"]
+__all__ = ["DEFAULT_BASELINE_RUNS", "search_recipe"]
+
+#: the prescription search's budget when none is given, in baseline runs (one = the baseline at the longest length)
+DEFAULT_BASELINE_RUNS = 3.0
 
 
 def search_recipe(
@@ -67,6 +71,9 @@ def search_recipe(
     screen: float | None = 1 / 3,
     first_look: float | None = None,
     shortlist: bool = False,
+    method: str = "prescribe",
+    target: float | None = None,
+    eval_every: int | None = None,
 ) -> SearchResult:
     """Search which candidate algorithms make this model reach the baseline's best quality sooner.
 
@@ -131,6 +138,15 @@ def search_recipe(
             shortest run; ``None`` (default): the first look reads the shortest run itself.
         shortlist: with ``screen``, the steps after the first try only the candidates the first step's first
             look kept (``False``, the default: every step tries every candidate not yet taken).
+        method: ``"prescribe"`` (the default): runs validated as they train, at each of ``run_lengths``, raced by
+            successive halving at equal training time; the answer is a run to start, ``result.prescription``
+            (algorithms and length), measured as handed over (:mod:`composer_bridge.search.prescribe`).
+            ``"greedy"``: the earlier method (curves across run lengths, greedy forward selection over the search
+            seeds; :mod:`composer_bridge.search.greedy`), whose prescription is its recipe at the longest length.
+            Without a budget, ``"prescribe"`` spends at most 3 baseline runs.
+        target: the quality to reach (``monitor`` in ``mode``'s direction); ``None``: the baseline run's best.
+        eval_every: optimizer steps between validations of a run (``"prescribe"``; default a sixteenth of the
+            longest run length).
 
     Returns:
         A :class:`SearchResult`.
@@ -154,11 +170,16 @@ def _search(make_module: Callable[..., Any], make_data: Callable[[int], Any], *,
             starting_recipes: Mapping[str, Sequence[Candidate | str]] | None, confidence: float,
             proxy: Proxy | None, finalist_seeds: Sequence[int] | None,
             max_baseline_runs: float | None, screen: float | None, first_look: float | None,
-            shortlist: bool) -> SearchResult:
+            shortlist: bool, method: str, target: float | None, eval_every: int | None) -> SearchResult:
     started = (time.perf_counter(), time.process_time())  # the probe and the checks are overhead too
     higher = checks.check_mode(mode)
+    method = checks.check_method(method)
     lengths = checks.check_run_lengths(run_lengths)
-    search_seeds, confirm_seeds = checks.check_seeds(search_seeds, confirm_seeds)
+    search_seeds, confirm_seeds = checks.check_seeds(search_seeds, confirm_seeds, allow_no_confirm=method == "prescribe")
+    target = checks.check_target(target)
+    eval_every = checks.check_eval_every(eval_every, max(lengths))
+    if method == "prescribe" and max_fits is None and max_train_seconds is None and max_baseline_runs is None:
+        max_baseline_runs = DEFAULT_BASELINE_RUNS
     finalists = checks.check_finalist_seeds(finalist_seeds, search_seeds, confirm_seeds)
     tkw = checks.check_trainer_kwargs(trainer_kwargs)
     checks.check_clock(clock)
@@ -168,7 +189,10 @@ def _search(make_module: Callable[..., Any], make_data: Callable[[int], Any], *,
     search_lengths = list(proxy.run_lengths) if proxy is not None and proxy.run_lengths else lengths
     look = checks.check_first_look(first_look, search_lengths[0]) if screen is not None else None
     shortlist = checks.check_shortlist(shortlist) and screen is not None
-    checks.check_budget(max_fits, max_train_seconds, len(search_lengths), len(search_seeds), max_baseline_runs)
+    if method == "prescribe":
+        checks.check_budget(max_fits, max_train_seconds, 1, 1, max_baseline_runs)
+    else:
+        checks.check_budget(max_fits, max_train_seconds, len(search_lengths), len(search_seeds), max_baseline_runs)
     pool = as_candidates(candidates)
     extra = {name: as_candidates(list(recipe)) for name, recipe in (also_confirm or {}).items()}
     probe = checks.probe(make_module, make_data, monitor, lengths[0], search_seeds[0], tkw)
@@ -195,9 +219,11 @@ def _search(make_module: Callable[..., Any], make_data: Callable[[int], Any], *,
         starting_recipes={name: tuple(c.label for c in recipe) for name, recipe in starts.items()},
         confidence=confidence, proxy=proxy, finalist_seeds=tuple(finalists), screen=screen,
         first_look=look, shortlist=shortlist)
-    recorded = _recorded_settings(settings, mode, extra)
+    recorded = _recorded_settings(settings, mode, extra, method, target, eval_every)
     state = SearchState(Path(state_dir) / "search.json" if state_dir is not None else None, recorded.as_dict())
     runner = _executor(executor)
+    if method == "prescribe":
+        return _prescribe(settings, state, runner, recorded, extra, usable, target, eval_every, started)
     bar = _progress_bar(progress, max_fits, max_train_seconds, clock)
     # the confirmation's baselines, which idle workers of a speculating executor may train early: they are read
     # unless the search finds nothing and has no also_confirm recipe (then they are reported as unread)
@@ -245,10 +271,62 @@ def _search(make_module: Callable[..., Any], make_data: Callable[[int], Any], *,
         cost=_cost(settings, fits), settings=recorded, candidates=usable, stopped_by_budget=stopped,
         quality_within_baseline_time=within, estimate=estimate,
         runner_up=[settings.candidate(label) for label in runner_up], runner_up_confirmed=runner_up_confirmed,
+        prescription=_greedy_prescription(settings, mode, incumbent, estimate, search),
     )
 
 
-def _recorded_settings(settings: SearchSettings, mode: str, extra: Mapping[str, list[Candidate]]) -> RecordedSettings:
+def _greedy_prescription(settings: SearchSettings, mode: str, incumbent: tuple[str, ...], estimate: Any,
+                         search: GreedySearch) -> Prescription:
+    """The greedy search's answer as a run: its recipe at the longest run length (what its curves measured there)."""
+    longest = max(settings.run_lengths)
+    q = search.book.target("search")[0] if search.curves else float("nan")
+    return Prescription(algorithms=tuple(settings.candidate(label) for label in incumbent), steps=longest,
+                        baseline_steps=longest, target=q, monitor=settings.monitor, mode=mode,
+                        speedup=estimate.mean if estimate is not None else 1.0,
+                        low=estimate.low if estimate is not None else None,
+                        high=estimate.high if estimate is not None else None,
+                        measured="the greedy search's curves (interpolated between run lengths)")
+
+
+def _prescribe(settings: SearchSettings, state: SearchState, runner: Executor, recorded: RecordedSettings,
+               extra: Mapping[str, list[Candidate]], usable: list[Candidate], target: float | None,
+               eval_every: int | None, started: tuple[float, float]) -> SearchResult:
+    """The prescription search (``method="prescribe"``) and its optional confirmation, as a :class:`SearchResult`."""
+    from composer_bridge.search.prescribe import RunBook, prescribe
+
+    book = RunBook(settings, state, runner)
+    recipes = {name: settings.config(c.label for c in recipe) for name, recipe in extra.items()}
+    try:
+        runner.start(settings.task((), settings.search_seeds[0], max(settings.run_lengths)))
+        search, prescription, confirmed, also = prescribe(settings, book, target=target, eval_every=eval_every,
+                                                          also=recipes)
+    finally:
+        runner.close()
+    wall, cpu = time.perf_counter() - started[0], time.process_time() - started[1]
+    if book.trained:
+        trained = [f for f in state.fits[-book.trained:]]
+        state.overhead_s += max(0.0, wall - sum(f.fit_wall_s for f in trained))
+        state.overhead_cpu_s += max(0.0, cpu - sum(f.cpu_s for f in trained))
+        state.save()
+    search_s = book.spent()
+    baseline = search.baseline_seconds
+    cost = SearchCost(
+        clock=settings.clock, clock_means=CLOCKS[settings.clock], search_fits=len(book.search_fits),
+        confirm_fits=len(book.confirm_fits), search_train=search_s,
+        confirm_train=sum(f.seconds for f in book.confirm_fits), baseline_run=baseline,
+        max_fits=settings.max_fits, max_train=settings.max_train_seconds, max_baseline_runs=settings.max_baseline_runs,
+        overhead_s=state.overhead_s, overhead_cpu_s=state.overhead_cpu_s, fits_trained_now=book.trained,
+        lightning_outside_training_s=sum(f.fit_wall_s - f.wall_s for f in (*book.search_fits, *book.confirm_fits)))
+    return SearchResult(
+        recipe=list(prescription.algorithms), confirmed=confirmed,
+        beats_baseline=bool(confirmed.mean > 1.0) if confirmed is not None else (prescription.speedup > 1.0),
+        search_score=(search.T / search.best_trial().time) if search.T and search.best_trial().time else None,
+        also_confirmed=also, fits=[*book.search_fits, *book.confirm_fits], curves=search.curves(), steps=search.steps,
+        cost=cost, settings=recorded, candidates=usable, estimate=search.estimate, prescription=prescription)
+
+
+def _recorded_settings(settings: SearchSettings, mode: str, extra: Mapping[str, list[Candidate]], method: str = "greedy",
+                       target: float | None = None, eval_every: int | None = None) -> RecordedSettings:
     """The settings as the state file and the result record them (a state with other ones is refused)."""
     return RecordedSettings(
         monitor=settings.monitor, mode=mode, run_lengths=list(settings.run_lengths),
@@ -262,6 +340,7 @@ def _recorded_settings(settings: SearchSettings, mode: str, extra: Mapping[str, 
         starting_recipes={name: list(labels) for name, labels in settings.starting_recipes.items()} or None,
         proxy=settings.proxy.describe() if settings.proxy is not None else None,
         screen=settings.screen, first_look=settings.first_look, shortlist=settings.shortlist or None,
+        method=None if method == "greedy" else method, target=target, eval_every=eval_every,
     )
 
 

@@ -23,7 +23,8 @@ import torch
 
 from composer_bridge import AlgorithmEngineCallback
 from composer_bridge.lightning.package import CALLBACK_BASES, LIGHTNING, package_of
-from composer_bridge.search.executor import RAISED
+from composer_bridge.search.curve_rule import CurveRecorder, CurveRule
+from composer_bridge.search.fit_task import RAISED
 
 __all__ = ["CLOCKS", "FitRecord", "TrainingClock", "build_module", "load_data", "run_fit"]
 
@@ -54,6 +55,10 @@ class FitRecord:
     fit_wall_s: float = 0.0  #: the whole fit and validation, Lightning's set-up included
     error: str | None = None  #: why the fit failed (its process died twice); then quality is NaN
     processes: int = 1  #: the fit's Trainer world size (2 for DDP on two devices)
+    #: the validations along a run validated as it trains (``[step, seconds, quality]``), else ``None``
+    points: list[list[float]] | None = None
+    stopped: str | None = None  #: why that run stopped before its end (``None``: it trained to the end)
+    rule: str | None = None  #: the :class:`~composer_bridge.search.curve_rule.CurveRule` it ran under, as text
 
     @property
     def raised(self) -> bool:
@@ -128,18 +133,32 @@ def trainer_for(module: Any, steps: int, trainer_kwargs: dict[str, Any], callbac
 
 
 def run_fit(make_module: Callable[..., Any], make_data: Callable[..., Any], algorithms: list[Any], steps: int,
-            seed: int, monitor: str, clock: str, trainer_kwargs: dict[str, Any]) -> tuple[float, TrainingClock, Any]:
-    """Train a fresh module for ``steps`` steps with ``algorithms`` on ``seed``; return ``(quality, clock, module)``."""
+            seed: int, monitor: str, clock: str, trainer_kwargs: dict[str, Any],
+            curve: CurveRule | None = None) -> tuple[float, Any, Any]:
+    """Train a fresh module for ``steps`` steps with ``algorithms`` on ``seed``; return ``(quality, clock, module)``.
+
+    With ``curve``, the run is validated every ``curve.eval_every`` steps as it trains and stops by the rule
+    (the clock is then a :class:`~composer_bridge.search.curve_rule.CurveRecorder` holding the points); the
+    quality is the last validation's."""
     LIGHTNING.module.seed_everything(seed, verbose=False)  # the same function in both packages
     module = build_module(make_module, steps)
     train, val = load_data(make_data, seed)
-    timer = TrainingClock(clock)
+    timer: Any = TrainingClock(clock) if curve is None else CurveRecorder(curve, monitor, clock)
     callbacks: list[Any] = [timer]
     if algorithms:
         callbacks.append(AlgorithmEngineCallback(algorithms, seed=seed))
-    trainer = trainer_for(module, steps, trainer_kwargs, callbacks)
-    trainer.fit(module, train)
-    metrics = trainer.validate(module, dataloaders=val, verbose=False)[0]
-    if monitor not in metrics:
-        raise KeyError(f"monitor={monitor!r} was not logged by validation; it logged {sorted(metrics)}.")
-    return float(metrics[monitor]), timer, module
+    if curve is None:
+        trainer = trainer_for(module, steps, trainer_kwargs, callbacks)
+        trainer.fit(module, train)
+        metrics = trainer.validate(module, dataloaders=val, verbose=False)[0]
+        if monitor not in metrics:
+            raise KeyError(f"monitor={monitor!r} was not logged by validation; it logged {sorted(metrics)}.")
+        return float(metrics[monitor]), timer, module
+    accumulate = int(trainer_kwargs.get("accumulate_grad_batches", 1))  # validations every eval_every optimizer steps
+    kwargs = {**trainer_kwargs, "val_check_interval": curve.eval_every * accumulate, "check_val_every_n_epoch": None}
+    trainer = trainer_for(module, steps, kwargs, callbacks)
+    trainer.fit(module, train, val)
+    if timer.stopped is None and (not timer.points or timer.points[-1][0] != trainer.global_step):
+        trainer.validate(module, dataloaders=val, verbose=False)  # the run's last point, at its end
+    timer.steps = trainer.global_step
+    return timer.points[-1][2], timer, module

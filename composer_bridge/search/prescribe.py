@@ -1,0 +1,428 @@
+"""The prescription search: which run to start (algorithms *and* length), measured the way it is handed over.
+
+Every trial is one run of a configuration at one of ``run_lengths`` (its schedule that long), validated as it
+trains; its score is AlgoPerf's: the training time at the first validation that reaches the target. What the
+search hands over (:class:`~composer_bridge.search.prescription.Prescription`) is the trial that reached it
+soonest, at its length, so the user trains exactly the run that was measured.
+
+1. **The baseline run.** The baseline (no algorithm) at the longest run length ``B`` (the user's run) on the first
+   search seed, validated every ``eval_every`` steps. The target ``Q`` is ``target`` if given, else that run's
+   best validation; ``T`` is its time to ``Q``. One such run is the cost's unit.
+2. **Successive halving at equal training time, on runs that continue.** Trials start two at a time. Each is
+   raced against what is known when it starts: it stops once it reaches ``Q`` (its time is known), once it has
+   trained the best time so far (less ``min_gain``) without reaching ``Q`` (it cannot win), or at a *rung*
+   (``T/9`` and ``T/3`` of training) if its quality there is below the bar: the best third of the qualities the
+   runs before it had at that rung, the baseline's included, less the baseline curve's validation noise. A run
+   that clears a rung simply trains on: nothing is retrained. (This is the promotion rule of asynchronous
+   successive halving, ASHA, read at equal training time rather than at equal steps, since methods differ in
+   their cost per step.)
+3. **Three rounds.** (a) every candidate and starting recipe at ``B``, and the baseline at every shorter length
+   (is the gain the shorter schedule itself?); (b) the best configuration with each of the next two that
+   cleared the last rung; (c) the best configuration at the other lengths.
+4. **The finalist seed.** The best trial's run again on a seed no decision used: its time there, against
+   ``T``, is the estimate (free of the winner's luck), with an interval from the noise of the time to the target
+   (the two seeds of the pick, and the validation noise of the baseline's and the pick's curves against their
+   slopes where they cross ``Q``). It is prescribed only if it is sure enough (``confidence``) to beat the
+   baseline; otherwise the prescription is the baseline at ``B``.
+5. **Confirmation (optional).** The prescription and the baseline at ``B`` on ``confirm_seeds``, reported on
+   its own: it is not part of the search's cost.
+
+Examples:
+    >>> validation_noise([(1, 1.0, 0.5), (2, 2.0, 0.6), (3, 3.0, 0.7), (4, 4.0, 0.8)])
+    0.0
+    >>> round(validation_noise([(1, 1.0, 0.5), (2, 2.0, 0.65), (3, 3.0, 0.7), (4, 4.0, 0.85)]), 4)
+    0.0408
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from composer_bridge.search.curve_rule import CurvePoint, CurveRule, first_reach
+from composer_bridge.search.estimate import Estimate
+from composer_bridge.search.executor import Executor
+from composer_bridge.search.prescription import Prescription
+from composer_bridge.search.results import BudgetExhausted, Config, CurveResult, config_name
+from composer_bridge.search.scoring import SpeedUp, quality_at, summarise_speedups
+from composer_bridge.search.settings import SearchSettings
+from composer_bridge.search.state import SearchState
+from composer_bridge.search.trial import FitRecord
+
+__all__ = ["RUNGS", "PrescriptionSearch", "RunBook", "Trial", "prescribe", "validation_noise"]
+
+#: the rungs, as fractions of the baseline's time to the target, and the share of runs kept at each (ASHA's eta)
+RUNGS = (1 / 9, 1 / 3)
+ETA = 3
+#: trials started together with the same bars (so a search on two workers takes the path of one in a process)
+WAVE = 2
+#: the pairs the second round tries beside the best configuration
+PAIRS = 2
+
+
+def validation_noise(points: Sequence[CurvePoint]) -> float:
+    """The standard deviation of one validation's quality about a smooth curve: from the second differences of
+    successive validations (each the sum of four independent noise terms' worth of variance: ``6 sigma^2``)."""
+    q = [p[2] for p in points if not math.isnan(p[2])]
+    if len(q) < 4:
+        return 0.0
+    second = [q[i - 1] - 2 * q[i] + q[i + 1] for i in range(1, len(q) - 1)]
+    return math.sqrt(statistics.fmean(d * d for d in second) / 6)
+
+
+@dataclass
+class Trial:
+    """One run of a configuration at one length on one seed, and what it measured."""
+
+    config: Config
+    steps: int
+    seed: int
+    record: FitRecord
+    phase: str = "search"
+    target: float = math.nan
+    higher: bool = True
+
+    @property
+    def points(self) -> list[CurvePoint]:
+        return [(int(s), float(t), float(q)) for s, t, q in (self.record.points or [])]
+
+    @property
+    def time(self) -> float | None:
+        """Training time to the target (``None``: not reached in this run)."""
+        reach = first_reach(self.points, self.target, self.higher) if self.record.error is None else None
+        return None if reach is None else reach[1]
+
+    @property
+    def name(self) -> str:
+        return f"{config_name(self.config)} @ {self.steps} steps"
+
+
+@dataclass
+class RunBook:
+    """The runs of one search: from the state file when recorded (resumption replays them), else trained.
+
+    Every run is charged to its phase; ``spent()`` is the search phase's training time on the search's clock.
+    """
+
+    settings: SearchSettings
+    state: SearchState
+    executor: Executor
+    progress: object = None
+    search_fits: list[FitRecord] = field(default_factory=list)
+    confirm_fits: list[FitRecord] = field(default_factory=list)
+    trained: int = 0
+
+    def __post_init__(self) -> None:
+        self.cache = {(tuple(f.config), f.seed, f.steps, f.rule): f for f in self.state.fits if f.rule is not None}
+
+    def spent(self) -> float:
+        return sum(f.seconds for f in self.search_fits)
+
+    def run(self, wanted: Sequence[tuple[Config, int, int, CurveRule]], phase: str) -> list[FitRecord]:
+        """The runs ``(config, seed, steps, rule)``, side by side where the executor allows, in this order."""
+        records: dict[int, FitRecord] = {}
+        tickets: dict[int, int] = {}
+        for i, (config, seed, steps, rule) in enumerate(wanted):
+            hit = self.cache.get((config, seed, steps, rule.key()))
+            if hit is not None:
+                records[i] = hit
+                continue
+            task = self.settings.task(config, seed, steps, phase)
+            task.curve = rule
+            tickets[self.executor.submit(task)] = i
+            if not self.executor.concurrent:
+                self._collect(wanted, tickets, records, phase)
+        self._collect(wanted, tickets, records, phase)
+        ordered = [records[i] for i in range(len(wanted))]
+        (self.search_fits if phase == "search" else self.confirm_fits).extend(ordered)
+        return ordered
+
+    def _collect(self, wanted: Sequence[tuple[Config, int, int, CurveRule]], tickets: dict[int, int],
+                 records: dict[int, FitRecord], phase: str) -> None:
+        while tickets:
+            ticket, outcome = self.executor.next_done()
+            i = tickets.pop(ticket)
+            config, seed, steps, rule = wanted[i]
+            record = FitRecord(list(config), seed, steps, outcome.quality, outcome.seconds, outcome.cpu_s,
+                               outcome.wall_s, phase, fit_wall_s=outcome.fit_wall_s, error=outcome.error,
+                               processes=outcome.processes, points=outcome.points or [], stopped=outcome.stopped,
+                               rule=rule.key())
+            if record.error is not None and not config:
+                raise RuntimeError(f"the baseline run on seed {seed} failed: {record.error}")
+            self.trained += 1
+            self.state.fits.append(record)
+            self.cache[(config, seed, steps, rule.key())] = record
+            self.state.save()
+            records[i] = record
+            if self.progress is not None:
+                self.progress.update(record.seconds)  # type: ignore[attr-defined]
+
+
+class PrescriptionSearch:
+    """Steps 1-5 of the method above (see the module's docstring)."""
+
+    def __init__(self, settings: SearchSettings, book: RunBook, target: float | None = None,
+                 eval_every: int | None = None) -> None:
+        self.settings, self.book = settings, book
+        self.B = max(settings.run_lengths)
+        self.eval_every = eval_every or max(1, self.B // 16)
+        self.given_target = target
+        self.trials: list[Trial] = []
+        self.steps: list[str] = []
+        self.rung_values: dict[int, list[float]] = {}
+        self.cleared: dict[tuple[Config, int], float] = {}  # trials that cleared the last rung: quality there
+        self.finalist: Trial | None = None
+        self.confirmed_trials: list[Trial] = []
+        self.estimate: Estimate | None = None
+
+    # --- the measurements ------------------------------------------------------------------------------
+
+    @property
+    def higher(self) -> bool:
+        return self.settings.higher
+
+    def _better(self, a: float, b: float) -> bool:
+        return a > b if self.higher else a < b
+
+    def _trial(self, config: Config, steps: int, seed: int, record: FitRecord, phase: str = "search") -> Trial:
+        return Trial(config, steps, seed, record, phase, self.Q, self.higher)
+
+    def _rule(self) -> CurveRule:
+        """The rule a trial started now runs under: the target, the time it must beat, the rungs' bars."""
+        best = self.best_time()
+        limit = best / (1 + self.settings.min_gain) if best is not None else self.baseline_seconds
+        gates = []
+        for i, at in enumerate(self.rungs):
+            values = sorted(self.rung_values.get(i, []), reverse=self.higher)
+            if values:
+                bar = values[math.ceil(len(values) / ETA) - 1]
+                gates.append((round(at, 6), round(bar - self.noise if self.higher else bar + self.noise, 6)))
+        return CurveRule(self.eval_every, self.Q, self.higher, round(limit, 6), tuple(gates))
+
+    def best_trial(self) -> Trial:
+        reached = [t for t in self.trials if t.time is not None]
+        if not reached:
+            return self.trials[0]
+        return min(reached, key=lambda t: (t.time, len(t.config)))
+
+    def best_time(self) -> float | None:
+        return self.best_trial().time
+
+    def _record_rungs(self, trial: Trial) -> None:
+        for i, at in enumerate(self.rungs):
+            later = [p for p in trial.points if p[1] >= at]
+            if later:
+                self.rung_values.setdefault(i, []).append(later[0][2])
+                if i == len(self.rungs) - 1 and trial.config:
+                    self.cleared[(trial.config, trial.steps)] = later[0][2]
+
+    def _wave(self, wanted: Sequence[tuple[Config, int]], what: str) -> None:
+        """Run ``wanted`` (configuration, length) on the first search seed, :data:`WAVE` at a time."""
+        seed = self.settings.search_seeds[0]
+        done = {(t.config, t.steps) for t in self.trials}
+        wanted = [w for w in wanted if w not in done]
+        for start in range(0, len(wanted), WAVE):
+            self._check_budget(what)
+            chunk = wanted[start:start + WAVE]
+            rule = self._rule()
+            records = self.book.run([(config, seed, steps, rule) for config, steps in chunk], "search")
+            before = self.best_time()
+            for (config, steps), record in zip(chunk, records, strict=True):
+                trial = self._trial(config, steps, seed, record)
+                self.trials.append(trial)
+                self._record_rungs(trial)
+            for (config, steps), record in zip(chunk, records, strict=True):
+                self._describe(self._trial(config, steps, seed, record), before)
+
+    def _describe(self, trial: Trial, before: float | None) -> None:
+        unit = self.settings.unit
+        if trial.record.error:
+            how = f"failed: {trial.record.error}"
+        elif trial.time is not None:
+            how = f"reached {self.Q:.4g} at {trial.time:.3g} {unit}" + (
+                f", {self.T / trial.time:.2f}x" if self.T else "")
+            if before is not None and trial.time * (1 + self.settings.min_gain) < before:
+                how += " (best so far)"
+        else:
+            how = trial.record.stopped or "trained to its end without reaching the target"
+        self.steps.append(f"{trial.name}: {how}")
+
+    def _check_budget(self, what: str) -> None:
+        """Stop exploring when the next wave could leave no room for the finalist run (its best time so far)."""
+        s = self.settings
+        limits = [x for x in (s.max_train_seconds, None if s.max_baseline_runs is None else
+                              s.max_baseline_runs * self.baseline_seconds) if x is not None]
+        if s.max_fits is not None and len(self.book.search_fits) + WAVE + 1 > s.max_fits:
+            raise BudgetExhausted(f"{s.max_fits} fits, before {what}")
+        if not limits:
+            return
+        reserve = (self.best_time() or 0.0) if s.finalist_seeds or len(s.search_seeds) > 1 else 0.0
+        wave = (self.best_time() or self.baseline_seconds) * RUNGS[0] * WAVE  # the least a wave costs
+        if self.book.spent() + reserve + wave > min(limits):
+            what_budget = (f"{s.max_baseline_runs:g} baseline runs" if s.max_baseline_runs is not None else
+                           f"{min(limits):g} {s.unit}")
+            raise BudgetExhausted(f"{what_budget}, before {what}")
+
+    # --- the method ----------------------------------------------------------------------------------
+
+    def run(self) -> Prescription:
+        s = self.settings
+        seed = s.search_seeds[0]
+        (record,) = self.book.run([((), seed, self.B, CurveRule(self.eval_every, None, self.higher))], "search")
+        self.baseline_seconds = record.seconds
+        points = [(int(a), float(b), float(c)) for a, b, c in record.points or []]
+        qualities = [q for _, _, q in points]
+        self.Q = self.given_target if self.given_target is not None else (max(qualities) if self.higher else min(qualities))
+        reach = first_reach(points, self.Q, self.higher)
+        self.T = reach[1] if reach is not None else None
+        reference = self.T if self.T is not None else self.baseline_seconds
+        self.noise = validation_noise(points)
+        self.rungs = [reference * f for f in RUNGS]
+        base = self._trial((), self.B, seed, record)
+        self.trials.append(base)
+        for i, at in enumerate(self.rungs):
+            self.rung_values[i] = [quality_at([(t, q) for _, t, q in points], at)]
+        self.steps.append(f"baseline @ {self.B} steps on seed {seed}: " + (
+            f"reaches the target {self.Q:.4g} at {self.T:.3g} {s.unit}" if self.T is not None else
+            f"does not reach the target {self.Q:.4g} in {self.baseline_seconds:.3g} {s.unit} (speed-ups are lower bounds)")
+            + f"; validation noise {self.noise:.3g}")
+        try:
+            starts = [(labels, self.B) for labels in s.starting_recipes.values()]
+            singles = [((label,), self.B) for label in s.search_pool]
+            self._wave([*starts, *singles], "the first round")
+            best = self.best_trial()
+            if best.config:
+                others = sorted((c for c in self.cleared if c[0] != best.config),
+                                key=lambda c: self.cleared[c], reverse=self.higher)
+                pairs = []
+                for config, _ in others:
+                    pair = s.config(set(best.config) | set(config))
+                    if len(pair) > len(best.config) and self._compatible(pair) and (pair, best.steps) not in pairs:
+                        pairs.append((pair, best.steps))
+                    if len(pairs) == PAIRS:
+                        break
+                self._wave(pairs, "the pairs")
+            best = self.best_trial()
+            # a longer schedule keeps a higher rate for longer: it reaches a target no sooner, so only shorter ones
+            self._wave([(best.config, steps) for steps in sorted(s.run_lengths, reverse=True) if steps < best.steps],
+                       "the shorter lengths")
+        except BudgetExhausted as stop:
+            self.steps.append(f"budget spent ({stop}): the search stops exploring")
+        return self._finalise()
+
+    def _compatible(self, config: Config) -> bool:
+        classes = [self.settings.candidate(label).algorithm_class() for label in config]
+        names = [c.__name__ for c in classes]
+        return all(not cls.unique or names.count(cls.__name__) == 1 for cls in classes)
+
+    def _finalise(self) -> Prescription:
+        s, best = self.settings, self.best_trial()
+        finalists = list(s.finalist_seeds) or list(s.search_seeds[1:2])
+        baseline = self._prescription((), self.B, 1.0, None, None, "the baseline run itself")
+        if not best.config and best.steps == self.B:
+            self.steps.append("nothing reached the target sooner than the baseline: prescribe the baseline")
+            return baseline
+        if not finalists or self.T is None:
+            speed = (self.T or self.baseline_seconds) / best.time if best.time else 1.0
+            self.steps.append(f"no finalist seed: {best.name} prescribed on one seed's measurement ({speed:.2f}x)")
+            return self._prescription(best.config, best.steps, speed, None, None, "one search seed, chosen on it")
+        rule = CurveRule(self.eval_every, self.Q, self.higher, round(2 * self.T, 6))
+        (record,) = self.book.run([(best.config, finalists[0], best.steps, rule)], "search")
+        self.finalist = self._trial(best.config, best.steps, finalists[0], record)
+        self.confirmed_trials.append(self.finalist)  # reported beside the others; never a candidate for the best
+        if self.finalist.time is None:
+            self.steps.append(f"{best.name} on the finalist seed {finalists[0]}: not reached within twice the "
+                              "baseline's time: prescribe the baseline")
+            return baseline
+        raw, fresh = self.T / best.time, self.T / self.finalist.time
+        cv = self._time_noise(best, self.finalist)
+        new = max(1, len(s.confirm_seeds) or 5)
+        sd_est, sd_new = math.sqrt(2) * cv, math.sqrt(math.pi / new) * cv  # the estimate's; a median of new seeds'
+        z = statistics.NormalDist().inv_cdf(0.95)
+        sd = math.hypot(sd_est, sd_new)
+        low, high = fresh * math.exp(-z * sd), fresh * math.exp(z * sd)
+        self.estimate = Estimate(mean=fresh, low=low, high=high, raw=raw, confidence=0.9, noise_sd=cv,
+                                 spread_sd=0.0, shrink=1.0, configurations=len(self.trials), new_seeds=new)
+        sure = statistics.NormalDist().cdf(math.log(fresh) / sd_est) if sd_est > 0 else float(fresh > 1)
+        if s.confidence and (fresh <= 1 + s.min_gain or sure < s.confidence):
+            self.steps.append(f"{best.name} on the finalist seed {finalists[0]}: {fresh:.2f}x, {100 * sure:.0f} % sure "
+                              f"it beats the baseline ({100 * s.confidence:g} % needed): prescribe the baseline")
+            return baseline
+        self.steps.append(f"{best.name} on the finalist seed {finalists[0]}: {fresh:.2f}x ({raw:.2f}x on the seed it was "
+                          f"chosen on), {100 * sure:.0f} % sure it beats the baseline: prescribed")
+        return self._prescription(best.config, best.steps, fresh, low, high,
+                                  f"its run on the finalist seed {finalists[0]} against the baseline's on seed "
+                                  f"{s.search_seeds[0]}")
+
+    def _time_noise(self, *trials: Trial) -> float:
+        """The relative seed-to-seed spread of one run's time to the target (its coefficient of variation)."""
+        parts = []
+        times = [t.time for t in trials if t.time]
+        if len(times) > 1:
+            parts.append(statistics.variance([math.log(x) for x in times]))
+        for trial in (self.trials[0], *trials):
+            slope = self._slope(trial)
+            if slope and trial.time:
+                parts.append((self.noise / slope / trial.time) ** 2)
+        return max(0.03, math.sqrt(statistics.fmean(parts))) if parts else 0.1
+
+    def _slope(self, trial: Trial) -> float | None:
+        """How fast quality changes per unit of time where the run crosses the target (``None``: it does not)."""
+        points = trial.points
+        for (_, t0, q0), (_, t1, q1) in zip(points, points[1:], strict=False):
+            if (q1 >= self.Q if self.higher else q1 <= self.Q) and t1 > t0:
+                return abs(q1 - q0) / (t1 - t0) or None
+        return None
+
+    def _prescription(self, config: Config, steps: int, speed: float, low: float | None, high: float | None,
+                      measured: str) -> Prescription:
+        s = self.settings
+        return Prescription(algorithms=tuple(s.candidate(label) for label in config), steps=steps,
+                            baseline_steps=self.B, target=self.Q, monitor=s.monitor, mode="max" if s.higher else "min",
+                            speedup=speed, low=low, high=high, measured=measured)
+
+    # --- the confirmation and the report ------------------------------------------------------------
+
+    def confirm(self, prescription: Prescription, also: dict[str, Config]) -> tuple[SpeedUp | None, dict[str, SpeedUp]]:
+        """The prescription (and ``also``'s recipes at ``B``) against the baseline at ``B`` on the confirmation seeds,
+        each trained as handed over, to its end; a baseline that misses the target on a seed counts its whole run
+        there (the speed-up is then a lower bound)."""
+        s = self.settings
+        if not s.confirm_seeds or (prescription.is_baseline and prescription.steps == self.B and not also):
+            return None, {}
+        full = CurveRule(self.eval_every, self.Q, self.higher)
+        config = s.config(c.label for c in prescription.algorithms)
+        wanted = [((), self.B), (config, prescription.steps), *((c, self.B) for c in also.values())]
+        runs = [(c, seed, steps, full) for c, steps in wanted for seed in s.confirm_seeds]
+        records = self.book.run(runs, "confirm")
+        trials = [self._trial(c, st, seed, r, "confirm") for (c, seed, st, _), r in zip(runs, records, strict=True)]
+        self.confirmed_trials.extend(trials)
+        base = {t.seed: t.time or t.record.seconds for t in trials if not t.config and t.steps == self.B}
+
+        def speed(c: Config, steps: int) -> SpeedUp:
+            mine = {t.seed: t.time for t in trials if t.config == c and t.steps == steps}
+            return summarise_speedups({seed: base[seed] / mine[seed] if mine[seed] else None for seed in s.confirm_seeds})
+
+        return speed(config, prescription.steps), {name: speed(c, self.B) for name, c in also.items()}
+
+    def curves(self) -> list[CurveResult]:
+        out = []
+        for t in [*self.trials, *self.confirmed_trials]:
+            status = ("baseline" if not t.config and t.steps == self.B else
+                      (f"failed: {t.record.error}" if t.record.error else
+                       ("reached Q" if t.time is not None else (t.record.stopped or "never reached Q"))))
+            speed = (self.T / t.time) if (self.T and t.time) else None
+            out.append(CurveResult(t.config, t.seed, t.phase, [(p[1], p[2]) for p in t.points], status,
+                                   None if status == "baseline" else speed))
+        return out
+
+
+def prescribe(settings: SearchSettings, book: RunBook, *, target: float | None, eval_every: int | None,
+              also: dict[str, Config]) -> tuple[PrescriptionSearch, Prescription, SpeedUp | None, dict[str, SpeedUp]]:
+    """Run the search, then the optional confirmation; return the search, its prescription and the confirmed speed-ups."""
+    search = PrescriptionSearch(settings, book, target=target, eval_every=eval_every)
+    prescription = search.run()
+    confirmed, also_confirmed = search.confirm(prescription, also)
+    return search, prescription, confirmed, also_confirmed
