@@ -22,27 +22,12 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from composer_bridge.algorithms._augment_ops import (
-    augment_batch,
-    augment_step,
-    check_augmentation_set,
-    check_normalization,
-    check_severity,
-    chunks,
-    draw_step,
-    sample_dirichlet,
-    sample_symmetric_beta,
-    to_batch,
-)
-from composer_bridge.core.algorithm import Algorithm
+from composer_bridge.algorithms import _augment_ops
+from composer_bridge.algorithms._image_augmentation import ImageAugmentation
 from composer_bridge.core.batch import BatchKey
-from composer_bridge.core.event import Event
 
 if TYPE_CHECKING:
     from PIL.Image import Image as PILImage
-
-    from composer_bridge.core.logger import Logger
-    from composer_bridge.core.state import State
 
 __all__ = ["AugMix", "AugmentAndMixTransform", "augmix_image"]
 
@@ -51,7 +36,7 @@ _RANDOM_DEPTH = (1, 3)  # a chain's length when depth == -1, uniform over this r
 
 def _check(severity: float, depth: int, width: int, alpha: float, augmentation_set: str | Sequence[str],
            where: str) -> tuple[str, ...]:
-    check_severity(severity, where, 3)
+    _augment_ops.check_severity(severity, where, 3)
     if isinstance(depth, bool) or not isinstance(depth, int) or not (depth == -1 or depth >= 1):
         raise ValueError(
             f"{where}(depth={depth!r}): depth is the number of ops per chain, an int >= 1, or -1 (default) for a "
@@ -64,7 +49,7 @@ def _check(severity: float, depth: int, width: int, alpha: float, augmentation_s
             f"{where}(alpha={alpha!r}): alpha must be a finite number > 0; it is the Dirichlet and Beta "
             "concentration of the mixing weights (1 is uniform, small values favour one chain). The default is 1.0."
         )
-    return check_augmentation_set(augmentation_set, where)
+    return _augment_ops.check_augmentation_set(augmentation_set, where)
 
 
 def augmix_image(
@@ -106,25 +91,26 @@ def augmix_image(
         True
     """
     names = _check(severity, depth, width, alpha, augmentation_set, "augmix_image")
-    images, restore = to_batch(img, "augmix_image")
+    images, restore = _augment_ops.to_batch(img, "augmix_image")
     n = images.shape[0]
     where = generator.device if generator is not None else images.device
-    weights = sample_dirichlet(alpha, n, width, generator, images.device).to(images.device, images.dtype)
-    mixing = sample_symmetric_beta(alpha, n, generator, images.device).to(images.device, images.dtype)
+    weights = _augment_ops.sample_dirichlet(alpha, n, width, generator, images.device).to(images.device, images.dtype)
+    mixing = _augment_ops.sample_symmetric_beta(alpha, n, generator, images.device).to(images.device, images.dtype)
     lengths = None
     if depth == -1:
         lengths = torch.randint(_RANDOM_DEPTH[0], _RANDOM_DEPTH[1] + 1, (n, width), generator=generator, device=where)
     steps = depth if depth > 0 else _RANDOM_DEPTH[1]
-    chains = [[draw_step(n, len(names), generator, images.device) for _ in range(steps)] for _ in range(width)]
+    chains = [[_augment_ops.draw_step(n, len(names), generator, images.device) for _ in range(steps)]
+              for _ in range(width)]
     out = torch.empty_like(images)
-    for rows in chunks(images):
+    for rows in _augment_ops.chunks(images):
         chunk = images[rows].clamp(0, 1)
         combination = torch.zeros_like(chunk)
         for chain, chain_draws in enumerate(chains):
             augmented = chunk
             for step, draws in enumerate(chain_draws):
                 active = None if lengths is None else lengths[rows, chain] > step
-                augmented = augment_step(augmented, names, draws.rows(rows), severity, active)
+                augmented = _augment_ops.augment_step(augmented, names, draws.rows(rows), severity, active)
             combination += weights[rows, chain].view(-1, 1, 1, 1) * augmented
         m = mixing[rows].view(-1, 1, 1, 1)
         out[rows] = ((1 - m) * chunk + m * combination).clamp_(0, 1)
@@ -169,7 +155,7 @@ class AugmentAndMixTransform(torch.nn.Module):
                 f"augmentation_set={self.augmentation_set!r}")
 
 
-class AugMix(Algorithm):
+class AugMix(ImageAugmentation):
     """AugMix every image of every training batch at ``AFTER_DATALOADER``, on the batch's device.
 
     Each image draws its own chains, ops, magnitudes and weights from the run's generator, so
@@ -197,10 +183,6 @@ class AugMix(Algorithm):
         AugMix(severity=3, depth=-1, width=3, alpha=1.0, augmentation_set='all', mean=None, std=None, input_key=0)
     """
 
-    needs = frozenset({"image"})
-    unique = True
-    augments_data = True
-
     def __init__(
         self,
         severity: float = 3,
@@ -213,21 +195,11 @@ class AugMix(Algorithm):
         input_key: BatchKey = 0,
     ) -> None:
         _check(severity, depth, width, alpha, augmentation_set, "AugMix")
-        self.mean, self.std = check_normalization(mean, std, "AugMix")
+        super().__init__(augmentation_set, mean, std, input_key)
         self.severity = severity
         self.depth = depth
         self.width = width
         self.alpha = alpha
-        self.augmentation_set = augmentation_set if isinstance(augmentation_set, str) else tuple(augmentation_set)
-        self.input_key = input_key
 
-    def match(self, event: Event, state: State) -> bool:
-        return event == Event.AFTER_DATALOADER
-
-    def apply(self, event: Event, state: State, logger: Logger) -> None:
-        augment_batch(
-            state, self.input_key, self.mean, self.std, type(self).__name__,
-            lambda images, generator: augmix_image(
-                images, self.severity, self.depth, self.width, self.alpha, self.augmentation_set, generator
-            ),
-        )
+    def augment(self, images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        return augmix_image(images, self.severity, self.depth, self.width, self.alpha, self.augmentation_set, generator)

@@ -9,10 +9,10 @@ described in :mod:`composer_bridge.algorithms._augment_ops`.
 
 Examples:
     >>> import torch
-    >>> g = torch.Generator().manual_seed(0)
-    >>> out = randaugment_image(torch.rand(4, 3, 16, 16), severity=9, depth=2, generator=g)
-    >>> out.shape, bool(out.min() >= 0 and out.max() <= 1)
-    (torch.Size([4, 3, 16, 16]), True)
+    >>> twice = torch.rand(1, 3, 16, 16).repeat(2, 1, 1, 1)  # one image, twice in the batch
+    >>> out = randaugment_image(twice, severity=9, depth=2, generator=torch.Generator().manual_seed(0))
+    >>> torch.equal(out[0], out[1])  # each image drew its own ops and magnitudes
+    False
 """
 
 from __future__ import annotations
@@ -22,34 +22,21 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from composer_bridge.algorithms._augment_ops import (
-    augment_batch,
-    augment_step,
-    check_augmentation_set,
-    check_normalization,
-    check_severity,
-    chunks,
-    draw_step,
-    to_batch,
-)
-from composer_bridge.core.algorithm import Algorithm
+from composer_bridge.algorithms import _augment_ops
+from composer_bridge.algorithms._image_augmentation import ImageAugmentation
 from composer_bridge.core.batch import BatchKey
-from composer_bridge.core.event import Event
 
 if TYPE_CHECKING:
     from PIL.Image import Image as PILImage
-
-    from composer_bridge.core.logger import Logger
-    from composer_bridge.core.state import State
 
 __all__ = ["RandAugment", "RandAugmentTransform", "randaugment_image"]
 
 
 def _check(severity: float, depth: int, augmentation_set: str | Sequence[str], where: str) -> tuple[str, ...]:
-    check_severity(severity, where, 9)
+    _augment_ops.check_severity(severity, where, 9)
     if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
         raise ValueError(f"{where}(depth={depth!r}): depth is the number of ops per image, an int >= 0 (default 2).")
-    return check_augmentation_set(augmentation_set, where)
+    return _augment_ops.check_augmentation_set(augmentation_set, where)
 
 
 def randaugment_image(
@@ -87,15 +74,15 @@ def randaugment_image(
         torch.uint8
     """
     names = _check(severity, depth, augmentation_set, "randaugment_image")
-    images, restore = to_batch(img, "randaugment_image")
+    images, restore = _augment_ops.to_batch(img, "randaugment_image")
     if depth == 0:
         return restore(images.clone())
-    steps = [draw_step(images.shape[0], len(names), generator, images.device) for _ in range(depth)]
+    steps = [_augment_ops.draw_step(images.shape[0], len(names), generator, images.device) for _ in range(depth)]
     out = torch.empty_like(images)
-    for rows in chunks(images):
+    for rows in _augment_ops.chunks(images):
         chunk = images[rows].clamp(0, 1)
         for draws in steps:
-            chunk = augment_step(chunk, names, draws.rows(rows), severity)
+            chunk = _augment_ops.augment_step(chunk, names, draws.rows(rows), severity)
         out[rows] = chunk
     return restore(out)
 
@@ -133,7 +120,7 @@ class RandAugmentTransform(torch.nn.Module):
         return f"severity={self.severity!r}, depth={self.depth!r}, augmentation_set={self.augmentation_set!r}"
 
 
-class RandAugment(Algorithm):
+class RandAugment(ImageAugmentation):
     """Apply ``depth`` random augmentations to every image of every training batch at ``AFTER_DATALOADER``.
 
     Each image draws its own ops and magnitudes from the run's generator on the batch's device,
@@ -157,10 +144,6 @@ class RandAugment(Algorithm):
         RandAugment(severity=9, depth=1, augmentation_set='all', mean=None, std=None, input_key=0)
     """
 
-    needs = frozenset({"image"})
-    unique = True
-    augments_data = True
-
     def __init__(
         self,
         severity: float = 9,
@@ -171,19 +154,9 @@ class RandAugment(Algorithm):
         input_key: BatchKey = 0,
     ) -> None:
         _check(severity, depth, augmentation_set, "RandAugment")
-        self.mean, self.std = check_normalization(mean, std, "RandAugment")
+        super().__init__(augmentation_set, mean, std, input_key)
         self.severity = severity
         self.depth = depth
-        self.augmentation_set = augmentation_set if isinstance(augmentation_set, str) else tuple(augmentation_set)
-        self.input_key = input_key
 
-    def match(self, event: Event, state: State) -> bool:
-        return event == Event.AFTER_DATALOADER
-
-    def apply(self, event: Event, state: State, logger: Logger) -> None:
-        augment_batch(
-            state, self.input_key, self.mean, self.std, type(self).__name__,
-            lambda images, generator: randaugment_image(
-                images, self.severity, self.depth, self.augmentation_set, generator
-            ),
-        )
+    def augment(self, images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        return randaugment_image(images, self.severity, self.depth, self.augmentation_set, generator)
