@@ -63,18 +63,19 @@ with targets turned into probabilities, derived targets (``y.float()``, a copy) 
 that act per sample, a batch that is a bare tensor.
 
 Examples:
+    A module that runs its own backward pass cannot have its loss interpolated; mixing the targets works
+    (more set-up refusals in :mod:`.setup_refusals`):
+
     >>> import torch
-    >>> from composer_bridge.algorithms import LabelSmoothing
-    >>> check_plain_module([LabelSmoothing(0.1)], torch.nn.Module())  # nothing to refuse
-    >>> class Model(torch.nn.Module):
-    ...     def __init__(self):
-    ...         super().__init__()
-    ...         self.criterion = torch.nn.CrossEntropyLoss(label_smoothing=0.2)
+    >>> from composer_bridge.algorithms import MixUp
+    >>> class Manual(torch.nn.Module):
+    ...     automatic_optimization = False
+    >>> check_plain_module([MixUp()], Manual())  # the targets are mixed: nothing to refuse
     >>> try:
-    ...     check_plain_module([LabelSmoothing(0.1)], Model())
+    ...     check_plain_module([MixUp(interpolate_loss=True)], Manual())
     ... except ValueError as error:
-    ...     print(str(error)[:73])
-    LabelSmoothing replaces the targets by probabilities, but Model.criterion
+    ...     print(str(error)[:72])
+    MixUp interpolates the loss your training_step returns, just before the
 """
 
 from composer_bridge.lightning.plain_loss.setup_refusals import check_plain_module
