@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from typing import TYPE_CHECKING, Any
 
-from composer_bridge.core.algorithm import declaring
+from composer_bridge.core.algorithm import Algorithm, declares
 from composer_bridge.core.state import State
 from composer_bridge.lightning import _compat
 
@@ -56,7 +56,7 @@ def hand_over(trainer: L.Trainer, state: State, fire_fit_start: Callable[[], Non
     write_checkpoints_with(trainer, state.algorithms)
 
 
-def write_checkpoints_with(trainer: L.Trainer, algorithms: Sequence[Any]) -> None:
+def write_checkpoints_with(trainer: L.Trainer, algorithms: Sequence[Algorithm]) -> None:
     """Every checkpoint ``trainer`` writes holds the weights the algorithms' ``checkpoint_weights()`` choose.
 
     The ``checkpoint_weights()`` of an algorithm that declares ``chooses_checkpoint_weights`` (a
@@ -64,7 +64,7 @@ def write_checkpoints_with(trainer: L.Trainer, algorithms: Sequence[Any]) -> Non
     saved, and back after) is entered around each save, whoever calls it (``ModelCheckpoint``, the
     user, a preemption handler).
     """
-    choosers = [a.checkpoint_weights for a in declaring(algorithms, "chooses_checkpoint_weights")]
+    choosers = [a.checkpoint_weights for a in algorithms if declares(a, "chooses_checkpoint_weights")]
     if choosers:
         _compat.wrap_checkpoint_saves(trainer, lambda: _entered(choosers))
 
