@@ -28,10 +28,10 @@ __all__ = ["LossOrTargetMixing", "check_alpha", "loss_against", "require_floatin
 class LossOrTargetMixing:
     """The one setting of MixUp and CutMix that decides two capabilities, so that the two cannot disagree.
 
-    ``interpolate_loss`` is Composer's argument; what it makes the algorithm declare is read from
-    it: ``interpolates_loss`` (a second loss, against the partners' targets) or ``replaces_targets``
-    (probability targets at ``BEFORE_LOSS``). Changing ``interpolate_loss`` after construction
-    changes both.
+    The setting is the capability ``interpolates_loss`` (a second loss, against the partners' targets);
+    ``replaces_targets`` (probability targets at ``BEFORE_LOSS``) is its opposite, and
+    ``interpolate_loss``, Composer's name for the argument, reads and writes the same attribute.
+    Changing either name after construction changes both capabilities.
 
     Examples:
         >>> from composer_bridge.algorithms import MixUp
@@ -39,19 +39,24 @@ class LossOrTargetMixing:
         >>> mixup.interpolates_loss, mixup.replaces_targets
         (True, False)
         >>> mixup.interpolate_loss = False
-        >>> mixup.interpolates_loss, mixup.replaces_targets
-        (False, True)
+        >>> mixup.interpolates_loss, mixup.replaces_targets, mixup.interpolate_loss
+        (False, True, False)
     """
 
-    interpolate_loss: bool
+    interpolates_loss: bool  # the capability (core.algorithm.CAPABILITIES), set by the algorithm's __init__
 
     @property
-    def interpolates_loss(self) -> bool:  # the capability (core.algorithm.CAPABILITIES)
-        return self.interpolate_loss
+    def interpolate_loss(self) -> bool:
+        """Composer's name of the setting (the constructor argument): the capability ``interpolates_loss``."""
+        return self.interpolates_loss
+
+    @interpolate_loss.setter
+    def interpolate_loss(self, value: bool) -> None:
+        self.interpolates_loss = value
 
     @property
     def replaces_targets(self) -> bool:  # the capability (core.algorithm.CAPABILITIES)
-        return not self.interpolate_loss
+        return not self.interpolates_loss
 
 
 def check_alpha(alpha: float, name: str, default: float) -> None:

@@ -169,7 +169,7 @@ class CutMix(LossOrTargetMixing, Algorithm):
             if not isinstance(value, bool):
                 raise TypeError(f"CutMix({name}={value!r}): must be True or False.")
         self.alpha = alpha
-        self.interpolate_loss = interpolate_loss
+        self.interpolates_loss = interpolate_loss
         self.uniform_sampling = uniform_sampling
         self.input_key = input_key
         self.target_key = target_key
@@ -179,7 +179,7 @@ class CutMix(LossOrTargetMixing, Algorithm):
         self.permuted_target: torch.Tensor | None = None
 
     def match(self, event: Event, state: State) -> bool:
-        second = Event.BEFORE_BACKWARD if self.interpolate_loss else Event.BEFORE_LOSS
+        second = Event.BEFORE_BACKWARD if self.interpolates_loss else Event.BEFORE_LOSS
         return event == Event.BEFORE_FORWARD or event == second
 
     def apply(self, event: Event, state: State, logger: Logger) -> None:

@@ -129,7 +129,7 @@ class MixUp(LossOrTargetMixing, Algorithm):
         if not isinstance(interpolate_loss, bool):
             raise TypeError(f"MixUp(interpolate_loss={interpolate_loss!r}): must be True or False.")
         self.alpha = alpha
-        self.interpolate_loss = interpolate_loss
+        self.interpolates_loss = interpolate_loss
         self.input_key = input_key
         self.target_key = target_key
         self.mixing = 0.0
@@ -137,7 +137,7 @@ class MixUp(LossOrTargetMixing, Algorithm):
         self.permuted_target: torch.Tensor | None = None
 
     def match(self, event: Event, state: State) -> bool:
-        second = Event.BEFORE_BACKWARD if self.interpolate_loss else Event.BEFORE_LOSS
+        second = Event.BEFORE_BACKWARD if self.interpolates_loss else Event.BEFORE_LOSS
         return event == Event.BEFORE_FORWARD or event == second
 
     def apply(self, event: Event, state: State, logger: Logger) -> None:
