@@ -169,14 +169,15 @@ def settings_from(args: argparse.Namespace) -> Settings:
     if args.dry_run:
         return Settings(tuning_seeds=(0,), target_seeds=(10, 11, 12), heldout_seeds=(1000, 1001), budget_scale=0.0,
                         evals_per_budget=2, lr_grid_size=2, configs=tuple(args.configs) if args.configs else None,
-                        search=not args.no_search, search_lengths=(1.0, 2.0, 4.0),
+                        search=not args.no_search, search_lengths=(0.5, 1.0, 4 / 3),
                         search_kwargs={"candidates": [Candidate("GradientClipping", {"clipping_type": "norm",
                                                                                  "clipping_threshold": 1.0})],
                                        "starting_recipes": {},
                                        "max_fits": 12})
     return Settings(configs=tuple(args.configs) if args.configs else None, search=not args.no_search,
                     search_workloads=tuple(args.search_on) if args.search_on else None,
-                    proxy_fraction=args.proxy_fraction)
+                    proxy_fraction=args.proxy_fraction,
+                    heldout_seeds=tuple(range(1000, 1000 + args.heldout_seeds)))
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -192,6 +193,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--executor", choices=("ray", "local"), default="ray")
     parser.add_argument("--workers", type=int, default=2, help="with --executor ray: tasks at once, one CPU each")
     parser.add_argument("--out", default="outputs/workloads")
+    parser.add_argument("--heldout-seeds", type=int, default=5, metavar="N",
+                        help="held-out seeds per configuration (1000, 1001, ...; the published results: 5)")
     parser.add_argument("--dry-run", action="store_true", help="a few steps per fit: the pipeline, not a result")
     parser.add_argument("--publish", action="store_true", help=f"copy the results to {PUBLISHED_JSON.name} and the docs")
     parser.add_argument("--no-progress", action="store_true")

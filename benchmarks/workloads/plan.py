@@ -17,7 +17,7 @@ read from the :class:`~workloads.store.Store`, so a killed run resumes where it 
 Examples:
     >>> settings = Settings()
     >>> settings.tuning_seeds, settings.heldout_seeds
-    ((0, 1), (1000, 1001, 1002))
+    ((0, 1), (1000, 1001, 1002, 1003, 1004))
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ class Settings:
 
     tuning_seeds: tuple[int, ...] = (0, 1)
     target_seeds: tuple[int, ...] = (10, 11, 12, 13, 14)
-    heldout_seeds: tuple[int, ...] = (1000, 1001, 1002)
+    heldout_seeds: tuple[int, ...] = (1000, 1001, 1002, 1003, 1004)
     budget_scale: float = 1.0  #: the reference budgets multiplied by this (the dry run: a few steps)
     evals_per_budget: int = 18  #: validations within B steps (24 within the held-out runs' 4/3 B)
     lr_grid_size: int | None = None  #: the first n learning rates of each grid only (the dry run)
@@ -153,6 +153,12 @@ class WorkloadPlan:
         target = statistics.median(self.best(r) for r in good)
         return target, 4 / 3 * statistics.median(r["cpu_s"] for r in good)
 
+    def reference(self, lr: float) -> FitSpec:
+        """The user's own run: the baseline at the held-out length on the first target seed, validated as it trains.
+        The prescription search reads it instead of training it (a user who asks how to train faster has trained
+        once); its cost is reported beside the search's."""
+        return self.spec("baseline", (), self.settings.target_seeds[0], lr, self.run_steps, "reference")
+
     # --- phase 3: every configuration on the held-out seeds ---------------------------------------
     def configurations(self, lr: float) -> tuple[dict[str, tuple], dict[str, str]]:
         if self._configs is None:
@@ -188,6 +194,9 @@ class WorkloadPlan:
             if "max_fits" not in kwargs:
                 kwargs["max_baseline_runs"] = round(runs, 6)
             kwargs.setdefault("eval_every", self.eval_every)
+            reference = store.get(self.reference(lr).key)
+            if reference is not None and max(lengths) == self.run_steps:  # the user's run: read, not trained
+                kwargs["baseline_run"] = [(p["step"], p["cpu_s"], p["quality"]) for p in reference["points"]]
             return SearchSpec(self.workload.name, lr, lengths, target[:1], (), kwargs,
                               budget_runs=kwargs.get("max_baseline_runs"), finalist_seeds=target[1:2],
                               method="prescribe", target=None if fixed is None else fixed[0])
@@ -219,6 +228,9 @@ class WorkloadPlan:
         configs, _ = self.configurations(lr)
         wanted += [s for name, cands in configs.items() for s in self.heldout(name, cands, lr)]
         if self.searched and (self.settings.configs is None or "search" in self.settings.configs):
+            if self.settings.search_method == "prescribe" and self.key(self.reference(lr)) not in store:
+                wanted.append(self.reference(lr))
+                return [s for s in wanted if isinstance(s, SearchSpec) or self.key(s) not in store]
             for search in self.search_specs(lr, store):
                 record = store.get(search.key)
                 if record is None:

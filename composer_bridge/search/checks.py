@@ -160,6 +160,22 @@ def check_eval_every(eval_every: int | None, longest: int) -> int | None:
     return eval_every
 
 
+def check_baseline_run(baseline_run: Sequence[Sequence[float]] | None, longest: int) -> list[list[float]] | None:
+    """``baseline_run`` is ``None`` or validations ``(step, seconds, quality)`` in step order, up to ``longest`` steps."""
+    if baseline_run is None:
+        return None
+    try:
+        points = [[int(p[0]), float(p[1]), float(p[2])] for p in baseline_run]
+    except (TypeError, ValueError, IndexError) as error:
+        raise SearchInputError(f"baseline_run={baseline_run!r}: expected validations [(step, training seconds, "
+                               f"quality), ...] of your baseline run ({error}).") from error
+    steps = [p[0] for p in points]
+    if not points or steps != sorted(set(steps)) or steps[-1] != longest:
+        raise SearchInputError(f"baseline_run: steps {steps[:5]}...{steps[-1:]} must rise and end at the longest run "
+                               f"length {longest}: it is your baseline run at that length, validated as it trained.")
+    return points
+
+
 def check_confidence(confidence: float) -> float:
     """A confidence strictly between 0 and 1."""
     if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0 <= confidence < 1:

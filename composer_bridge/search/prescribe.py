@@ -6,8 +6,9 @@ search hands over (:class:`~composer_bridge.search.prescription.Prescription`) i
 soonest, at its length, so the user trains exactly the run that was measured.
 
 1. **The baseline run.** The baseline (no algorithm) at the longest run length ``B`` (the user's run) on the first
-   search seed, validated every ``eval_every`` steps. The target ``Q`` is ``target`` if given, else that run's
-   best validation; ``T`` is its time to ``Q``. One such run is the cost's unit.
+   search seed, validated every ``eval_every`` steps, or the user's own such run (``baseline_run``: read, not
+   trained). The target ``Q`` is ``target`` if given, else that run's best validation; ``T`` is its time to
+   ``Q``. One such run is the cost's unit.
 2. **Successive halving at equal training time, on runs that continue.** Trials start two at a time. Each is
    raced against what is known when it starts: it stops once it reaches ``Q`` (its time is known), once it has
    trained the best time so far (less ``min_gain``) without reaching ``Q`` (it cannot win), or at a *rung*
@@ -164,8 +165,9 @@ class PrescriptionSearch:
     """Steps 1-5 of the method above (see the module's docstring)."""
 
     def __init__(self, settings: SearchSettings, book: RunBook, target: float | None = None,
-                 eval_every: int | None = None) -> None:
+                 eval_every: int | None = None, baseline_run: Sequence[Sequence[float]] | None = None) -> None:
         self.settings, self.book = settings, book
+        self.baseline_run = baseline_run
         self.B = max(settings.run_lengths)
         self.eval_every = eval_every or max(1, self.B // 16)
         self.given_target = target
@@ -270,7 +272,12 @@ class PrescriptionSearch:
     def run(self) -> Prescription:
         s = self.settings
         seed = s.search_seeds[0]
-        (record,) = self.book.run([((), seed, self.B, CurveRule(self.eval_every, None, self.higher))], "search")
+        if self.baseline_run is not None:  # the user's own run: read, not trained, and no part of the search's cost
+            points_given = [[int(a), float(b), float(c)] for a, b, c in self.baseline_run]
+            record = FitRecord([], seed, self.B, points_given[-1][2], points_given[-1][1], points_given[-1][1],
+                               points_given[-1][1], "given", points=points_given)
+        else:
+            (record,) = self.book.run([((), seed, self.B, CurveRule(self.eval_every, None, self.higher))], "search")
         self.baseline_seconds = record.seconds
         points = [(int(a), float(b), float(c)) for a, b, c in record.points or []]
         qualities = [q for _, _, q in points]
@@ -284,7 +291,8 @@ class PrescriptionSearch:
         self.trials.append(base)
         for i, at in enumerate(self.rungs):
             self.rung_values[i] = [quality_at([(t, q) for _, t, q in points], at)]
-        self.steps.append(f"baseline @ {self.B} steps on seed {seed}: " + (
+        given = " (your run, given)" if self.baseline_run is not None else ""
+        self.steps.append(f"baseline @ {self.B} steps on seed {seed}{given}: " + (
             f"reaches the target {self.Q:.4g} at {self.T:.3g} {s.unit}" if self.T is not None else
             f"does not reach the target {self.Q:.4g} in {self.baseline_seconds:.3g} {s.unit} (speed-ups are lower bounds)")
             + f"; validation noise {self.noise:.3g}")
@@ -420,9 +428,10 @@ class PrescriptionSearch:
 
 
 def prescribe(settings: SearchSettings, book: RunBook, *, target: float | None, eval_every: int | None,
-              also: dict[str, Config]) -> tuple[PrescriptionSearch, Prescription, SpeedUp | None, dict[str, SpeedUp]]:
+              also: dict[str, Config], baseline_run: Sequence[Sequence[float]] | None = None,
+              ) -> tuple[PrescriptionSearch, Prescription, SpeedUp | None, dict[str, SpeedUp]]:
     """Run the search, then the optional confirmation; return the search, its prescription and the confirmed speed-ups."""
-    search = PrescriptionSearch(settings, book, target=target, eval_every=eval_every)
+    search = PrescriptionSearch(settings, book, target=target, eval_every=eval_every, baseline_run=baseline_run)
     prescription = search.run()
     confirmed, also_confirmed = search.confirm(prescription, also)
     return search, prescription, confirmed, also_confirmed

@@ -22,7 +22,7 @@ from composer_bridge.search._mapping import FieldsMapping
 __all__ = ["RecordedSettings"]
 
 #: keys a state file holds only when they are set (states saved before they existed load without them)
-_ONLY_WHEN_SET = ("starting_recipes", "proxy", "screen", "first_look", "shortlist", "method", "target", "eval_every")
+_ONLY_WHEN_SET = ("starting_recipes", "proxy", "screen", "first_look", "shortlist", "method", "target", "eval_every", "baseline_run")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,6 +64,7 @@ class RecordedSettings(FieldsMapping):
     method: str | None = None  #: ``"prescribe"``; left out for the greedy method (states saved before load)
     target: float | None = None
     eval_every: int | None = None
+    baseline_run: list[list[float]] | None = None  #: the user's baseline run read instead of trained
 
     def _keys(self) -> list[str]:
         return [f.name for f in fields(self) if f.name not in _ONLY_WHEN_SET or getattr(self, f.name)]

@@ -74,6 +74,7 @@ def search_recipe(
     method: str = "prescribe",
     target: float | None = None,
     eval_every: int | None = None,
+    baseline_run: Sequence[Sequence[float]] | None = None,
 ) -> SearchResult:
     """Search which candidate algorithms make this model reach the baseline's best quality sooner.
 
@@ -147,6 +148,9 @@ def search_recipe(
         target: the quality to reach (``monitor`` in ``mode``'s direction); ``None``: the baseline run's best.
         eval_every: optimizer steps between validations of a run (``"prescribe"``; default a sixteenth of the
             longest run length).
+        baseline_run: the baseline run you already have (``"prescribe"``): its validations ``[(step, training
+            seconds on clock, quality), ...]``, a run of the longest run length on the first search seed, validated
+            every ``eval_every`` steps with validation time left out. Read instead of trained; no part of the cost.
 
     Returns:
         A :class:`SearchResult`.
@@ -170,7 +174,8 @@ def _search(make_module: Callable[..., Any], make_data: Callable[[int], Any], *,
             starting_recipes: Mapping[str, Sequence[Candidate | str]] | None, confidence: float,
             proxy: Proxy | None, finalist_seeds: Sequence[int] | None,
             max_baseline_runs: float | None, screen: float | None, first_look: float | None,
-            shortlist: bool, method: str, target: float | None, eval_every: int | None) -> SearchResult:
+            shortlist: bool, method: str, target: float | None, eval_every: int | None,
+            baseline_run: Sequence[Sequence[float]] | None) -> SearchResult:
     started = (time.perf_counter(), time.process_time())  # the probe and the checks are overhead too
     higher = checks.check_mode(mode)
     method = checks.check_method(method)
@@ -178,6 +183,7 @@ def _search(make_module: Callable[..., Any], make_data: Callable[[int], Any], *,
     search_seeds, confirm_seeds = checks.check_seeds(search_seeds, confirm_seeds, allow_no_confirm=method == "prescribe")
     target = checks.check_target(target)
     eval_every = checks.check_eval_every(eval_every, max(lengths))
+    baseline_run = checks.check_baseline_run(baseline_run, max(lengths))
     if method == "prescribe" and max_fits is None and max_train_seconds is None and max_baseline_runs is None:
         max_baseline_runs = DEFAULT_BASELINE_RUNS
     finalists = checks.check_finalist_seeds(finalist_seeds, search_seeds, confirm_seeds)
@@ -219,11 +225,11 @@ def _search(make_module: Callable[..., Any], make_data: Callable[[int], Any], *,
         starting_recipes={name: tuple(c.label for c in recipe) for name, recipe in starts.items()},
         confidence=confidence, proxy=proxy, finalist_seeds=tuple(finalists), screen=screen,
         first_look=look, shortlist=shortlist)
-    recorded = _recorded_settings(settings, mode, extra, method, target, eval_every)
+    recorded = _recorded_settings(settings, mode, extra, method, target, eval_every, baseline_run)
     state = SearchState(Path(state_dir) / "search.json" if state_dir is not None else None, recorded.as_dict())
     runner = _executor(executor)
     if method == "prescribe":
-        return _prescribe(settings, state, runner, recorded, extra, usable, target, eval_every, started)
+        return _prescribe(settings, state, runner, recorded, extra, usable, target, eval_every, started, baseline_run)
     bar = _progress_bar(progress, max_fits, max_train_seconds, clock)
     # the confirmation's baselines, which idle workers of a speculating executor may train early: they are read
     # unless the search finds nothing and has no also_confirm recipe (then they are reported as unread)
@@ -290,7 +296,8 @@ def _greedy_prescription(settings: SearchSettings, mode: str, incumbent: tuple[s
 
 def _prescribe(settings: SearchSettings, state: SearchState, runner: Executor, recorded: RecordedSettings,
                extra: Mapping[str, list[Candidate]], usable: list[Candidate], target: float | None,
-               eval_every: int | None, started: tuple[float, float]) -> SearchResult:
+               eval_every: int | None, started: tuple[float, float],
+               baseline_run: list[list[float]] | None) -> SearchResult:
     """The prescription search (``method="prescribe"``) and its optional confirmation, as a :class:`SearchResult`."""
     from composer_bridge.search.prescribe import RunBook, prescribe
 
@@ -299,7 +306,7 @@ def _prescribe(settings: SearchSettings, state: SearchState, runner: Executor, r
     try:
         runner.start(settings.task((), settings.search_seeds[0], max(settings.run_lengths)))
         search, prescription, confirmed, also = prescribe(settings, book, target=target, eval_every=eval_every,
-                                                          also=recipes)
+                                                          also=recipes, baseline_run=baseline_run)
     finally:
         runner.close()
     wall, cpu = time.perf_counter() - started[0], time.process_time() - started[1]
@@ -326,7 +333,8 @@ def _prescribe(settings: SearchSettings, state: SearchState, runner: Executor, r
 
 
 def _recorded_settings(settings: SearchSettings, mode: str, extra: Mapping[str, list[Candidate]], method: str = "greedy",
-                       target: float | None = None, eval_every: int | None = None) -> RecordedSettings:
+                       target: float | None = None, eval_every: int | None = None,
+                       baseline_run: list[list[float]] | None = None) -> RecordedSettings:
     """The settings as the state file and the result record them (a state with other ones is refused)."""
     return RecordedSettings(
         monitor=settings.monitor, mode=mode, run_lengths=list(settings.run_lengths),
@@ -341,6 +349,7 @@ def _recorded_settings(settings: SearchSettings, mode: str, extra: Mapping[str, 
         proxy=settings.proxy.describe() if settings.proxy is not None else None,
         screen=settings.screen, first_look=settings.first_look, shortlist=settings.shortlist or None,
         method=None if method == "greedy" else method, target=target, eval_every=eval_every,
+        baseline_run=baseline_run,
     )
 
 
