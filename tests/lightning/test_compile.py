@@ -14,6 +14,7 @@ from __future__ import annotations
 import pytest
 import torch
 from helpers.support import image_loader, quiet_trainer, tiny_classifier
+from helpers.tolerances import assert_within, rounding_bound
 
 from composer_bridge import AlgorithmEngineCallback, recipes
 
@@ -23,8 +24,11 @@ def _mild() -> list:
     return recipes.vision("mild", ema={"half_life": "2ba", "update_interval": "1ba"}, blurpool={"min_channels": 1})
 
 
+STEPS, REDUCTIONS = 6, 5000
+
+
 def _train(model: torch.nn.Module, algorithms: list) -> dict[str, torch.Tensor]:
-    trainer = quiet_trainer(max_steps=6, callbacks=[AlgorithmEngineCallback(algorithms, seed=7)])
+    trainer = quiet_trainer(max_steps=STEPS, callbacks=[AlgorithmEngineCallback(algorithms, seed=7)])
     trainer.fit(model, image_loader(n=48, batch_size=8))
     return {k: v.detach().clone() for k, v in model.named_parameters()}
 
@@ -65,10 +69,21 @@ def test_compiled_network_keeps_surgery_and_trains_like_the_eager_one() -> None:
     # the first change, so the graphs stay few (the first shape, then one with dynamic sizes)
     assert len(training_graphs) <= 3, len(training_graphs)
 
-    # the compiled run follows the eager run with surgery (not the one without it)
+    # the compiled run follows the eager run with surgery (not the one without it), up to what float32 rounding may
+    # change (helpers/tolerances.py): aot_eager runs the same ATen kernels, which today agree bit for bit, but MKL and
+    # oneDNN may block differently with the buffers' alignment, and a CPU's vector width reorders sums. Each step's
+    # gradients are chains of sums of about REDUCTIONS terms end to end (BatchNorm over 8 x 8 x 8 = 512 values three
+    # times and 8 x 4 x 4 = 128 three times, 3 x 3 convolutions over 9 to 144 inputs, their weight gradients over the
+    # same 512 or 128 positions, the blur filters, the pool, the head, the loss; the backward pass as much again),
+    # each off by at most its length x eps x the magnitudes summed, no bigger than the largest move; SGD (momentum
+    # 0.9) and EMA are linear in the gradients, so a weight is off by at most REDUCTIONS x eps x the run's largest
+    # move, plus one ulp of the weight a step; the two runs, twice that.
     assert compiled.keys() == eager.keys(), sorted(set(compiled) ^ set(eager))
+    start = {k: v.detach().clone() for k, v in tiny_classifier().named_parameters()}
+    largest_move = max((eager[k] - start[k]).abs().max().item() for k in start if k in eager)
     for key, value in eager.items():
-        assert torch.allclose(compiled[key], value, rtol=1e-4, atol=1e-5), key
+        bound = 2 * (rounding_bound(REDUCTIONS, largest_move) + rounding_bound(STEPS, value.abs()))
+        assert_within(compiled[key], value, bound, key)
     shared = eager.keys() & without_blurpool.keys()  # BlurConv2d renames the wrapped convolutions
     assert "module.fc.weight" in shared
     distance = max((eager[k] - without_blurpool[k]).abs().max().item() for k in shared)
