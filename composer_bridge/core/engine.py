@@ -389,7 +389,7 @@ class Engine:
         The Lightning bridge reads this between steps to skip its per-step events while nothing listens.
         """
         state = self.state
-        return bool(state.algorithms or state.callbacks or self._user_passes or self._handlers)
+        return bool(state._algorithms or state.callbacks or self._user_passes or self._handlers)
 
     def close(self) -> None:
         """Shut down: every callback's ``close``, then ``post_close`` for those whose ``close`` did not raise.

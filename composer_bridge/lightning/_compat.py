@@ -31,7 +31,6 @@ __all__ = [
     "data_hook_owner",
     "ddp_kwargs",
     "hide_hook",
-    "hook_while",
     "is_training",
     "lightning_weight_averaging",
     "max_time",
@@ -60,50 +59,6 @@ def hide_hook(callback: L.Callback, name: str) -> None:
 def show_hook(callback: L.Callback, name: str) -> None:
     """Undo :func:`hide_hook` (nothing happens if the hook was not hidden)."""
     callback.__dict__.pop(name, None)
-
-
-class hook_while:  # noqa: N801 - used as a decorator, like property
-    """A callback hook that Lightning sees only while ``visible(callback)`` holds.
-
-    Same assumption as :func:`hide_hook`: Lightning skips a hook attribute that is not callable,
-    so the hook reads as ``None`` while hidden. The visibility is read at each dispatch, from the
-    callback itself: nothing has to show or hide it. A subclass that overrides the hook always
-    sees it (its code runs as written, and ``super()`` reaches this one).
-
-    Examples:
-        >>> class Callback:
-        ...     active = False
-        ...     @hook_while(lambda callback: callback.active)
-        ...     def on_train_batch_start(self, *args):
-        ...         return "fired"
-        >>> callback = Callback()
-        >>> callback.on_train_batch_start is None
-        True
-        >>> callback.active = True
-        >>> callback.on_train_batch_start()
-        'fired'
-    """
-
-    def __init__(self, visible: Callable[[Any], bool]) -> None:
-        self.visible = visible
-        self.function: Callable[..., Any] | None = None
-        self.name = ""
-
-    def __call__(self, function: Callable[..., Any]) -> hook_while:
-        self.function = function
-        self.__doc__ = function.__doc__
-        return self
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
-
-    def __get__(self, callback: Any, owner: type | None = None) -> Any:
-        function = self.function
-        assert function is not None, "hook_while(...) decorates a method"
-        if callback is None:
-            return function
-        overridden = getattr(type(callback), self.name, function) is not function
-        return function.__get__(callback, owner) if overridden or self.visible(callback) else None
 
 
 def is_training(trainer: L.Trainer) -> bool:

@@ -53,16 +53,14 @@ log = logging.getLogger(__name__)
 
 # Lightning dispatches every hook to every callback (each through a profiler context), but skips a
 # hook that is not callable (_compat.hide_hook). Hooks the bridge never needs stay hidden; the
-# per-step hooks that only fire events are hidden while the run has no listener
-# (_compat.hook_while reads it at each dispatch), so an idle bridge receives one hook per step
-# (on_train_batch_end, which keeps the step clock).
+# per-step hooks that only fire events are hidden while the run has no listener (the run says when
+# that changes, through on_listening_changed), so an idle bridge receives one hook per step
+# (on_train_batch_end, which keeps the step clock). Hiding costs nothing per dispatch: an instance
+# attribute, not a property Lightning would call at every step.
 _UNUSED_STEP_HOOKS = ("on_before_zero_grad", "on_before_backward")
+_EVENT_ONLY_STEP_HOOKS = ("on_train_batch_start", "on_after_backward", "on_before_optimizer_step")
 # Lightning binds the module's log/log_dict onto every callback: like the run, they are not copied.
 _NOT_COPIED = ("_run", "log", "log_dict")
-
-
-def _listening(callback: AlgorithmEngineCallback) -> bool:
-    return callback._run.listening
 
 
 class AlgorithmEngineCallback(*CALLBACK_BASES):  # type: ignore[misc]
@@ -132,9 +130,9 @@ class AlgorithmEngineCallback(*CALLBACK_BASES):  # type: ignore[misc]
         self.measure_cost = measure_cost
         self._trace_mode = trace_mode
         self._trace_file = trace_file
-        self._run = BridgeRun(self._run_settings())  # checks trace_mode and trace_file
         for name in _UNUSED_STEP_HOOKS:
             self._hide(name)
+        self._run = self._new_run()  # checks trace_mode and trace_file
 
     @property
     def add_missing_on_load(self) -> bool:
@@ -188,7 +186,14 @@ class AlgorithmEngineCallback(*CALLBACK_BASES):  # type: ignore[misc]
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._run = BridgeRun(self._run_settings())
+        self._run = self._new_run()
+
+    def _new_run(self) -> BridgeRun:
+        """A new run, whose per-step hooks Lightning sees only while it listens (hidden until then)."""
+        self._show_step_hooks(False)
+        run = BridgeRun(self._run_settings())
+        run.on_listening_changed = self._show_step_hooks
+        return run
 
     def _run_settings(self) -> RunSettings:
         """What a new run uses of this callback (the algorithm list itself: a checkpoint may add to it)."""
@@ -202,6 +207,14 @@ class AlgorithmEngineCallback(*CALLBACK_BASES):  # type: ignore[misc]
         """Hide a hook from Lightning, unless a subclass overrides it (its code then runs as written)."""
         if getattr(type(self), name) is getattr(AlgorithmEngineCallback, name):
             _compat.hide_hook(self, name)
+
+    def _show_step_hooks(self, listening: bool) -> None:
+        """Show the per-step hooks that only fire events while something listens; hide them otherwise."""
+        for name in _EVENT_ONLY_STEP_HOOKS:
+            if listening:
+                _compat.show_hook(self, name)
+            else:
+                self._hide(name)
 
     def run_event(self, event: Event) -> Any:
         """Run ``event`` through the engine now and return its traces."""
@@ -222,7 +235,7 @@ class AlgorithmEngineCallback(*CALLBACK_BASES):  # type: ignore[misc]
             log.info("AlgorithmEngineCallback: a new model (%s); the run starts fresh.", type(pl_module).__name__)
             run.remove_hooks()
             self._checkpoint.after_load_due = False  # the previous model's restore
-            self._run = BridgeRun(self._run_settings())
+            self._run = self._new_run()
         self._run.setup(trainer, pl_module, stage)
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -236,22 +249,19 @@ class AlgorithmEngineCallback(*CALLBACK_BASES):  # type: ignore[misc]
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._run.train_epoch_start(trainer)
 
-    @_compat.hook_while(_listening)
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int) -> None:
         self._run.loop.batch_start(trainer, batch_idx)
 
-    @_compat.hook_while(_listening)
     def on_after_backward(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._run.loop.after_backward(trainer)
 
-    @_compat.hook_while(_listening)
     def on_before_optimizer_step(self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: Any) -> None:
         self._run.loop.before_optimizer_step(optimizer)
 
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        self._run.train_batch_end(trainer, batch)
+        self._run.loop.batch_end(trainer, batch)
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._run.loop.epoch_end(trainer)

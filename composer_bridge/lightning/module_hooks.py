@@ -120,8 +120,13 @@ class ModuleHooks:
 
         def backward_hook(loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
             state = run.state
-            if state is not None and declaring(state.algorithms, "backwards_create_graph"):
-                kwargs.setdefault("create_graph", True)
+            if state is not None:
+                # read at every step: a plain attribute loop, not declaring() (which checks the
+                # capability's name first); every algorithm in a State is an Algorithm, with the attribute
+                for algorithm in state.algorithms:
+                    if algorithm.backwards_create_graph:
+                        kwargs.setdefault("create_graph", True)
+                        break
             return backward(loss, *args, **kwargs)
 
         self._patches.set("backward", backward_hook)

@@ -20,9 +20,9 @@ keeps its run across ``fit``/``validate``/``test``/``predict``.
 Each Lightning hook of the callback hands itself to the method of the same moment here, which
 keeps the state in step with the Trainer and fires the events
 :data:`~composer_bridge.lightning.hook_map.HOOK_EVENTS` lists for the hook. The run holds no
-handle back to the callback: what the callback does in answer (its per-step hooks shown while
-:attr:`BridgeRun.listening`, an epoch reopened when :meth:`BridgeRun.train_start` says so) it
-reads from the run.
+handle back to the callback: it says when :attr:`BridgeRun.listening` changes to whoever set
+:attr:`BridgeRun.on_listening_changed` (the callback then shows or hides its per-step hooks), and
+the callback reads the rest (an epoch reopened when :meth:`BridgeRun.train_start` says so) from it.
 
 Examples:
     >>> from composer_bridge.algorithms import LabelSmoothing
@@ -37,6 +37,7 @@ from __future__ import annotations
 import logging
 import os
 import warnings
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -92,8 +93,11 @@ class BridgeRun:
         self.engine: Engine | None = None
         self.logger = Logger()
         self.trainer: L.Trainer | None = None
-        #: the run's part in Lightning's training loop
-        self.loop = TrainingLoop(self.steps, self.logger)
+        #: the run's part in Lightning's training loop (it refreshes who listens after each step)
+        self.loop = TrainingLoop(self.steps, self.logger, self.refresh_listening)
+        #: called with the new value whenever :attr:`listening` changes (the callback shows or hides
+        #: its per-step hooks from Lightning then, so nothing is read per dispatch)
+        self.on_listening_changed: Callable[[bool], None] | None = None
         self.hooks: ModuleHooks | None = None
         self.reporting = TraceReporting(settings.trace_mode, settings.trace_file)
         self._cost: dict[str, list[float]] = {}  # kept across the engines of this run (see cost)
@@ -199,14 +203,22 @@ class BridgeRun:
         costs only its step bookkeeping. A handler (``engine.on``) is heard at once; an algorithm
         or engine callback added during a run, from the next step on.
         """
-        listening = self.engine is not None and self.engine.has_listeners()
-        self.clock.timing = listening  # only a listener can read the wall-clock (see StepClock)
-        if listening and self.hooks is not None and self.trainer is not None:
-            self.hooks.install_events(self.trainer)
-        if listening is not self.steps.listening:
-            self.steps.listening = listening
-            if listening and self.state is not None:  # an idle bridge leaves the logger's step behind
-                self.logger.step = self.current_step()
+        # Runs after every optimizer step: attribute reads only, until something changes.
+        engine, steps = self.engine, self.steps
+        listening = engine is not None and engine.has_listeners()
+        steps.clock.timing = listening  # only a listener can read the wall-clock (see StepClock)
+        hooks = self.hooks
+        if listening and hooks is not None and not hooks.events_installed and self.trainer is not None:
+            hooks.install_events(self.trainer)
+        if listening is not steps.listening:
+            self._set_listening(listening)
+            if listening and steps.state is not None:  # an idle bridge leaves the logger's step behind
+                self.logger.step = steps.state.batch_count
+
+    def _set_listening(self, listening: bool) -> None:
+        self.steps.listening = listening
+        if self.on_listening_changed is not None:
+            self.on_listening_changed(listening)
 
     # ------------------------------------------------------------------------------------------
     # checkpoints (the callback's state_dict / load_state_dict / on_*_checkpoint; see RunCheckpoint)
@@ -256,10 +268,6 @@ class BridgeRun:
         if self.loop.epoch_start(trainer):
             self.refresh_listening()
             self.fire_hook("on_train_epoch_start")
-
-    def train_batch_end(self, trainer: L.Trainer, batch: Any) -> None:
-        if self.loop.batch_end(trainer, batch):
-            self.refresh_listening()
 
     def train_end(self, trainer: L.Trainer) -> None:
         self.loop.end()
@@ -331,7 +339,8 @@ class BridgeRun:
             detach_run(self.hooks.module)
             self.hooks.remove()
             self.hooks = None
-        self.steps.listening = False
+        if self.steps.listening:
+            self._set_listening(False)
 
     # ------------------------------------------------------------------------------------------
     # what ran, in which order, at what cost

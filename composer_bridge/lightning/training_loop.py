@@ -6,7 +6,8 @@ training hooks reach it through the run. It moves the state's timestamp as Light
 epochs, the end of training), fires the events
 :data:`~composer_bridge.lightning.hook_map.HOOK_EVENTS` lists for each hook, checks that a
 resumed fit starts where it was saved, and passes an algorithm's stop request on to the Trainer.
-Refreshing who listens is the run's: the methods that open an epoch or end a step say so.
+Refreshing who listens is the run's: it hands the loop its ``refresh`` to call after each step,
+and the method that opens an epoch says so.
 
 Examples:
     >>> import torch
@@ -43,11 +44,14 @@ class TrainingLoop:
     Args:
         steps: the run's step API, whose state, clock and listening it reads and whose events it fires.
         logger: the engine's logger, whose step it keeps at the state's batch count.
+        refresh: called after each optimizer step (the run's ``refresh_listening``: an algorithm or
+            engine callback added during a step is heard from the next one on).
     """
 
-    def __init__(self, steps: ModuleSteps, logger: Logger) -> None:
+    def __init__(self, steps: ModuleSteps, logger: Logger, refresh: Callable[[], None] | None = None) -> None:
         self.steps = steps
         self.logger = logger
+        self._refresh = refresh if refresh is not None else _nothing
         #: checked at a resumed fit's first batch
         self.resume_position = ResumePosition()
         self._global_step: Callable[[], int] = _zero  # reads Lightning's global_step (set at on_train_start)
@@ -90,9 +94,10 @@ class TrainingLoop:
         listening mid-step waits for the next step.
         """
         steps = self.steps
-        if steps.clock.micro == 0 and steps.listening:
+        state = steps.state
+        if steps.clock.micro == 0 and steps.listening and state is not None:
             self.resume_position.check(trainer.current_epoch, batch_idx // max(1, trainer.accumulate_grad_batches))
-            self.logger.step = self.steps.live_state().batch_count
+            self.logger.step = state.batch_count
             steps.fire_hook("on_train_batch_start")
 
     def after_backward(self, trainer: L.Trainer) -> None:
@@ -110,17 +115,26 @@ class TrainingLoop:
             state.stepping_optimizer = None
 
     def batch_end(self, trainer: L.Trainer, batch: Any) -> bool:
-        """``on_train_batch_end``: count the micro-batch; returns whether it ended an optimizer step."""
-        state, clock = self.steps.live_state(), self.steps.clock
+        """``on_train_batch_end``: count the micro-batch; returns whether it ended an optimizer step.
+
+        The one hook an idle bridge receives at every step: it reads attributes and calls the
+        clock, nothing more (a test counts its calls).
+        """
+        steps = self.steps
+        state, clock = steps.state, steps.clock
+        if state is None:
+            state = steps.live_state()  # raises: a hook before setup
         self.resume_position.disarm()  # only a fit's first batch is compared (a bridge idle then has no check)
         # The data hook counted the micro-batch's samples as loaded; without it (an idle bridge), counted here.
         samples = (_batch_size(batch) or 0) if clock.loaded_samples is None else 0
         if not clock.end_micro_batch(state, samples, self._global_step()):
             return False
-        if self.steps.listening:
+        if steps.listening:
             self.logger.step = state.batch_count
-            self.steps.fire_hook("on_train_batch_end")
-            self._honour_stop(trainer)
+            steps.fire_hook("on_train_batch_end")
+            if state.stop_requested:
+                trainer.should_stop = True
+        self._refresh()
         return True
 
     def epoch_end(self, trainer: L.Trainer) -> None:
@@ -148,3 +162,7 @@ class TrainingLoop:
 
 def _zero() -> int:
     return 0
+
+
+def _nothing() -> None:
+    return None

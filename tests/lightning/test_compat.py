@@ -37,31 +37,6 @@ def test_lightning_skips_a_callback_hook_hidden_by_hide_hook() -> None:
     assert callable(callback.on_train_batch_start)
 
 
-def test_lightning_dispatches_a_hook_while_hook_while_says_it_is_visible() -> None:
-    calls: list[tuple[str, int]] = []
-
-    class Switching(L.Callback):
-        visible = False
-
-        @_compat.hook_while(lambda callback: callback.visible)
-        def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
-            calls.append(("base", batch_idx))
-
-        def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-            self.visible = batch_idx >= 1  # read at the next dispatch: batches 2 and 3 are heard
-
-    class Overriding(Switching):
-        def on_train_batch_start(self, *args: Any) -> None:  # always seen; super() reaches the hidden one
-            calls.append(("subclass", args[-1]))
-            super().on_train_batch_start(*args)
-
-    quiet_trainer(max_steps=4, callbacks=[Switching()]).fit(tiny_classifier(), image_loader(n=64))
-    assert calls == [("base", 2), ("base", 3)], "Lightning no longer skips a hook that reads as None"
-    calls.clear()
-    quiet_trainer(max_steps=2, callbacks=[Overriding()]).fit(tiny_classifier(), image_loader(n=64))
-    assert calls == [("subclass", 0), ("base", 0), ("subclass", 1), ("base", 1)]
-
-
 def test_is_training_reads_lightnings_running_stage() -> None:
     seen: list[bool] = []
 
