@@ -18,10 +18,10 @@ from helpers.support import (
     assert_same_weights,
     image_loader,
     quiet_trainer,
-    run_ddp_script,
     tiny_classifier,
     wandb_run_records,
 )
+from helpers.two_processes import saved_by_each_rank
 
 from composer_bridge import AlgorithmEngineCallback
 from composer_bridge.algorithms import (
@@ -110,9 +110,7 @@ torch.save({"start": start, "end": {k: v.detach() for k, v in model.named_parame
 
 @pytest.mark.timeout(300)
 def test_every_family_under_ddp_on_two_processes_ends_with_identical_weights(tmp_path: Path) -> None:
-    result = run_ddp_script(DDP_SCRIPT, tmp_path)
-    assert result.returncode == 0, result.stderr[-4000:]
-    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
+    ranks = saved_by_each_rank(DDP_SCRIPT, tmp_path)
     assert ranks[0]["steps"] == ranks[1]["steps"] == 8  # 64 samples, 2 ranks, 8 per batch, 2 epochs
     assert_same_weights(ranks[0]["end"], ranks[1]["end"])
     assert any(not torch.equal(ranks[0]["end"][k], v) for k, v in ranks[0]["start"].items() if k in ranks[0]["end"])

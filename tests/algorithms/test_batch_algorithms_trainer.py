@@ -21,10 +21,10 @@ from helpers.support import (
     image_dataset,
     image_loader,
     quiet_trainer,
-    run_ddp_script,
     tiny_classifier,
     weights_of,
 )
+from helpers.two_processes import saved_by_each_rank
 from torch.utils.data import DataLoader, Dataset
 
 from composer_bridge import Algorithm, AlgorithmEngineCallback, Event, State
@@ -211,9 +211,7 @@ torch.save({"weights": {k: v.detach() for k, v in model.named_parameters()}, "sh
 
 @pytest.mark.timeout(300)
 def test_ddp_ranks_prune_mix_and_resize_and_end_with_identical_weights(tmp_path: Path) -> None:
-    result = run_ddp_script(DDP_SCRIPT, tmp_path)
-    assert result.returncode == 0, result.stderr[-4000:]
-    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
+    ranks = saved_by_each_rank(DDP_SCRIPT, tmp_path)
     for out in ranks:
         assert out["shapes"] == [[8, 1, 4, 4]] * 3  # half of each 16-example batch, at half the size
     for key, value in ranks[0]["weights"].items():

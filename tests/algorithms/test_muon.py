@@ -15,9 +15,9 @@ from helpers.support import (
     assert_same_weights,
     image_loader,
     quiet_trainer,
-    run_ddp_script,
     weights_of,
 )
+from helpers.two_processes import assert_ranks_train_as_one_process, saved_by_each_rank
 
 from composer_bridge import AlgorithmEngineCallback
 from composer_bridge.algorithms import SAM, Muon
@@ -181,13 +181,8 @@ torch.save({k: v.detach() for k, v in model.named_parameters()}, f"rank{trainer.
 
 @pytest.mark.timeout(300)
 def test_ddp_two_processes_stay_equal_and_match_one_process_on_the_whole_batch(tmp_path: Path) -> None:
-    result = run_ddp_script(DDP_SCRIPT, tmp_path)
-    assert result.returncode == 0, result.stderr[-4000:]
-    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
-    assert_same_weights(ranks[0], ranks[1])
-    single = hand_loop(3, batch_size=16)  # each step's two half-batches together
-    for name, value in single.named_parameters():
-        torch.testing.assert_close(ranks[0][f"net.{name}"], value, rtol=0, atol=1e-5)
+    ranks = saved_by_each_rank(DDP_SCRIPT, tmp_path)
+    assert_ranks_train_as_one_process(ranks, hand_loop(3, batch_size=16), prefix="net.")  # both half-batches
 
 
 def test_a_model_sharded_by_fsdp2_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:

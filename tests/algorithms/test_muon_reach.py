@@ -210,14 +210,10 @@ torch.save({k: v.detach() for k, v in model.named_parameters()}, f"rank{trainer.
 
 @pytest.mark.timeout(300)
 def test_ddp_two_processes_train_flattened_filters_with_the_variants_as_one_process_does(tmp_path: Path) -> None:
-    from helpers.support import run_ddp_script
+    from helpers.two_processes import assert_ranks_train_as_one_process, saved_by_each_rank
 
-    result = run_ddp_script(DDP_SCRIPT, tmp_path)
-    assert result.returncode == 0, result.stderr[-4000:]
-    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
-    assert_same_weights(ranks[0], ranks[1])
+    ranks = saved_by_each_rank(DDP_SCRIPT, tmp_path)
     single = UserModule(plain_convnet)
     quiet_trainer(max_steps=3, max_epochs=-1, callbacks=[AlgorithmEngineCallback([Muon(**MUON, **VARIANTS)])]).fit(
         single, image_loader(n=64, batch_size=16))  # each step's two half-batches together
-    for name, value in single.named_parameters():
-        torch.testing.assert_close(ranks[0][name], value.detach(), rtol=0, atol=1e-5)
+    assert_ranks_train_as_one_process(ranks, single)

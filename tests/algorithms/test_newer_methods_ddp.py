@@ -46,19 +46,15 @@ def dataset() -> TensorDataset:
 @pytest.mark.timeout(300)
 def test_ddp_two_processes_train_fused_qknorm_compiled_as_one_process_does(tmp_path: Path) -> None:
     from algorithms.test_qk_norm_fused import ViTModule
-    from helpers.support import run_ddp_script
+    from helpers.two_processes import assert_ranks_train_as_one_process, saved_by_each_rank
 
-    result = run_ddp_script(DDP_SCRIPT, tmp_path)
-    assert result.returncode == 0, result.stderr[-4000:]
-    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
-    assert_same_weights(ranks[0], ranks[1])
+    ranks = saved_by_each_rank(DDP_SCRIPT, tmp_path)
     assert "attn.q_norm.weight" in ranks[0]  # QKNorm's scales were trained, under the module's own names
     single = ViTModule()
     quiet_trainer(max_steps=3, max_epochs=-1,
                   callbacks=[AlgorithmEngineCallback([Compile(backend="eager"), QKNorm()], seed=0)]).fit(
         single, ResumableLoader(dataset(), batch_size=16))  # each step's two half-batches together
-    for name, value in single.named_parameters():
-        torch.testing.assert_close(ranks[0][name], value.detach(), rtol=0, atol=1e-5)
+    assert_ranks_train_as_one_process(ranks, single)
 
 
 BATCHNORM_SCRIPT = """
@@ -89,12 +85,11 @@ torch.save({"weights": weights_of(model), "inputs": model.inputs[-2:]}, f"rank{t
 @pytest.mark.timeout(300)
 def test_ddp_schedule_free_on_a_plain_batchnorm_module_recomputes_each_ranks_statistics_at_x(tmp_path: Path) -> None:
     from algorithms.test_schedule_free_plain_batchnorm import PlainResNet
-    from helpers.support import run_ddp_script, weights_of
+    from helpers.support import weights_of
+    from helpers.two_processes import saved_by_each_rank
 
     pytest.importorskip("schedulefree")
-    result = run_ddp_script(BATCHNORM_SCRIPT, tmp_path)
-    assert result.returncode == 0, result.stderr[-4000:]
-    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
+    ranks = saved_by_each_rank(BATCHNORM_SCRIPT, tmp_path)
     params = {name for name, _ in PlainResNet().named_parameters()}
     assert_same_weights(*({k: v for k, v in r["weights"].items() if k in params} for r in ranks))
     for rank in ranks:  # by hand: at x, a plain average of the statistics over this rank's last 2 inputs

@@ -281,11 +281,9 @@ torch.save({"weights": {k: v.detach() for k, v in model.named_parameters()}, "mo
 
 @pytest.mark.timeout(300)
 def test_ddp_two_processes_switch_modes_on_every_rank_and_save_x(tmp_path: Path) -> None:
-    from helpers.support import run_ddp_script
+    from helpers.two_processes import saved_by_each_rank
 
-    result = run_ddp_script(DDP_SCRIPT, tmp_path)
-    assert result.returncode == 0, result.stderr[-4000:]
-    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
+    ranks = saved_by_each_rank(DDP_SCRIPT, tmp_path)
     assert_same_weights(ranks[0]["weights"], ranks[1]["weights"])
     expected = [("train", True)] * 2 + [("checkpoint", False)] + [("train", True)] * 2 + [("checkpoint", False)]
     assert ranks[0]["modes"] == ranks[1]["modes"] == expected

@@ -13,10 +13,10 @@ from helpers.support import (
     assert_same_weights,
     image_loader,
     quiet_trainer,
-    run_ddp_script,
     tiny_classifier,
     weights_of,
 )
+from helpers.two_processes import saved_by_each_rank
 from lightning.pytorch.loggers import Logger as LightningLogger
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
@@ -211,9 +211,7 @@ torch.save({"weights": {k: v.detach() for k, v in model.named_parameters()},
 
 @pytest.mark.timeout(300)
 def test_ddp_two_processes_with_surgery_and_block_stochastic_depth_end_identical(tmp_path: Path) -> None:
-    result = run_ddp_script(DDP_SCRIPT, tmp_path)
-    assert result.returncode == 0, result.stderr[-4000:]
-    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
+    ranks = saved_by_each_rank(DDP_SCRIPT, tmp_path)
     for out in ranks:
         assert out["unused"] is True  # StochasticDepth's block mode asked for it
         assert {"BlurConv2d", "SqueezeExciteConv2d", "StochasticBlock"} <= set(out["classes"])

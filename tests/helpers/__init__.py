@@ -4,6 +4,8 @@
   test (``L``), a 2-process DDP runner, :class:`~helpers.support.ResumableLoader`.
 - :mod:`helpers.resume_points`: the checkpoint points Lightning offers, as runs to resume from.
 - :mod:`helpers.preemption`: runs killed with SIGKILL and resumed from ``last.ckpt``.
+- :mod:`helpers.two_processes`: what the 2-process tests share: launch, read each rank's results,
+  compare the ranks with each other and with one process.
 - :mod:`helpers.fsdp_runs`: the 2-process FSDP2/DDP script ``tests/lightning/test_fsdp2.py`` launches.
 - :mod:`helpers.plain_loss_probes`: algorithms that record what a plain module's loss used.
 - :mod:`helpers.search_support`, :mod:`helpers.search_faults`: the recipe search's tiny task and

@@ -21,7 +21,8 @@ import pytest
 import pytorch_lightning
 import torch
 import torch.nn.functional as F
-from helpers.support import REPO, assert_same_weights, image_loader, run_ddp_script, weights_of
+from helpers.support import REPO, assert_same_weights, image_loader, weights_of
+from helpers.two_processes import saved_by_each_rank
 
 import composer_bridge
 import composer_bridge.pl
@@ -282,9 +283,7 @@ torch.save({"weights": {k: v.detach() for k, v in model.named_parameters()},
 
 @pytest.mark.timeout(300)
 def test_ddp_on_two_processes_with_pytorch_lightning_ends_identical(tmp_path: Path) -> None:
-    result = run_ddp_script(DDP_SCRIPT, tmp_path)
-    assert result.returncode == 0, result.stderr[-4000:]
-    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
+    ranks = saved_by_each_rank(DDP_SCRIPT, tmp_path)
     assert [r["steps"] for r in ranks] == [2, 2] and [r["smoothed"] for r in ranks] == [2, 2]
     assert_same_weights(ranks[0]["weights"], ranks[1]["weights"])
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers.support import run_ddp_script
+from helpers.two_processes import saved_by_each_rank
 
 SCRIPT = """
 import json, sys, torch
@@ -44,9 +44,7 @@ torch.save({"weights": {k: v.detach() for k, v in model.named_parameters()},
 
 @pytest.mark.timeout(300)
 def test_ddp_two_processes_configure_unused_parameters_and_end_identical(tmp_path: Path) -> None:
-    result = run_ddp_script(SCRIPT, tmp_path)
-    assert result.returncode == 0, result.stderr[-4000:]
-    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
+    ranks = saved_by_each_rank(SCRIPT, tmp_path)
     for r, out in enumerate(ranks):
         assert out["rank"] == r and out["world"] == 2 and out["steps"] == 3
         assert out["extra"] == {"ddp": "DistributedDataParallel", "unused": True}

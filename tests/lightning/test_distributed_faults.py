@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 from helpers.support import run_ddp_script
+from helpers.two_processes import saved_by_each_rank
 
 MIXED = """
 import torch
@@ -33,9 +34,7 @@ torch.save({"params": {k: v.detach() for k, v in model.named_parameters()},
 
 @pytest.mark.timeout(300)
 def test_mixed_recipe_under_ddp_ends_identical_and_only_rank_zero_logs(tmp_path: Path) -> None:
-    result = run_ddp_script(MIXED, tmp_path)
-    assert result.returncode == 0, result.stderr[-4000:]
-    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
+    ranks = saved_by_each_rank(MIXED, tmp_path)
     assert ranks[0]["frozen"] and ranks[0]["frozen"] == ranks[1]["frozen"]
     for key, value in ranks[0]["params"].items():
         assert torch.equal(value, ranks[1]["params"][key]), key

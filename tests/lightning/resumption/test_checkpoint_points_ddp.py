@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers.support import run_ddp_script
+from helpers.two_processes import saved_by_each_rank
 
 ALGORITHMS = ("plain", "CutOut", "MixUp")
 
@@ -34,9 +34,7 @@ torch.save(out, f"rank{{torch.distributed.get_rank()}}.pt")
 
 @pytest.mark.timeout(300)
 def test_ddp_resumes_exactly_from_an_epochs_last_batch(tmp_path: Path) -> None:
-    result = run_ddp_script(SCRIPT, tmp_path)
-    assert result.returncode == 0, result.stderr[-4000:]
-    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1)]
+    ranks = saved_by_each_rank(SCRIPT, tmp_path, weights_only=False)
     for rank, out in enumerate(ranks):
         for algorithm in ALGORITHMS:
             assert out[algorithm]["differences"] == [], (rank, algorithm)
