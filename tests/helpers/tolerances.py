@@ -26,3 +26,21 @@ def assert_within(got: torch.Tensor, want: torch.Tensor, bound: float | torch.Te
     off = (got.double() - want.double()).abs()
     bound = torch.as_tensor(bound, dtype=torch.float64)
     assert (off <= bound).all(), f"{what}: off by {off.max():.3g}, {(off / bound).max():.3g} x the bound"
+
+
+
+def normalization_bound(x_max: torch.Tensor, xhat: torch.Tensor, sd: torch.Tensor, gamma: torch.Tensor,
+                        beta: torch.Tensor, statistics_error: float, rounding: float) -> torch.Tensor:
+    """Per element, the most ``y = gamma * xhat + beta``, ``xhat = (x - mean) / sd``, moves when computed another way.
+
+    The float64 pieces: ``x_max`` (the largest ``|x|`` of each normalised group), ``xhat``, ``sd``, broadcast against
+    each other. ``statistics_error``: how far, relative to ``x_max``, the inputs, the mean and the deviation may move:
+    2 x the unit roundoff when ``x`` is rounded to a low precision (each value by its own rounding, the mean by the
+    largest), or ``n x eps`` when a float32 mean over ``n`` values is summed in another order. That moves ``x - mean``
+    by at most ``statistics_error x x_max`` and ``sd`` by as much, so ``xhat`` by at most that ``/ sd x (1 + |xhat|)``
+    (to first order). ``rounding``: the relative rounding of ``gamma``, ``beta`` and ``y`` (the unit roundoff of the
+    dtype they are held in).
+    """
+    y = gamma * xhat + beta
+    moved = statistics_error * x_max / sd * (1 + xhat.abs()) * gamma.abs()
+    return moved + rounding * ((gamma * xhat).abs() + beta.abs() + y.abs())
