@@ -25,7 +25,7 @@ Examples:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable, Mapping
 from typing import NamedTuple, TypeVar
 
 import torch
@@ -33,6 +33,8 @@ from torch import nn
 
 from composer_bridge.algorithms._surgery import (
     Optimizers,
+    PolicyKey,
+    ReplacementFunction,
     disable_fused_transformer_paths,
     replace_modules,
     warn_no_effect,
@@ -114,8 +116,8 @@ def rebuild_multihead_attention(cls: type[M], mha: nn.MultiheadAttention, keep_b
 
 
 def replace_attention(
-    model: nn.Module, policies: dict[type, Callable[[nn.Module, int], nn.Module | None]], optimizers: Optimizers,
-    skip: tuple[type, ...], algorithm: str, known: Iterable[type], fix: str,
+    model: nn.Module, policies: Mapping[PolicyKey, ReplacementFunction], optimizers: Optimizers,
+    *, skip: tuple[type, ...], algorithm: str, known: Iterable[type], fix: str,
 ) -> int:
     """Replace ``model``'s attention modules by ``policies``; the number replaced or changed.
 

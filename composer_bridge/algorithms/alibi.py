@@ -218,8 +218,9 @@ def apply_alibi(
 
     merged = _merge_policy(policy)
     return _mha.replace_attention(
-        model, {cls: bound(fn) for cls, fn in merged.items()}, optimizers, (AlibiCausalSelfAttention, AlibiMultiheadAttention),
-        "Alibi", merged, "For your own attention class pass policy={YourAttention: fn(module, max_sequence_length)}; for "
+        model, {cls: bound(fn) for cls, fn in merged.items()}, optimizers,
+        skip=(AlibiCausalSelfAttention, AlibiMultiheadAttention), algorithm="Alibi", known=merged,
+        fix="For your own attention class pass policy={YourAttention: fn(module, max_sequence_length)}; for "
         f"another library's, register_alibi_policy(cls, fn).{unloaded_policies_hint()}",
     )
 

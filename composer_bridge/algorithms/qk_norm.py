@@ -452,8 +452,8 @@ def apply_qk_norm(
 
     return _mha.replace_attention(
         model, {key: bound(fn) for key, fn in _with_structural(merged).items()}, optimizers,
-        (QKNormMultiheadAttention, QKNormProjection), "QKNorm", merged,
-        "Models whose attention normalises queries and keys already (Qwen3, Gemma 3, OLMo 2) need nothing. "
+        skip=(QKNormMultiheadAttention, QKNormProjection), algorithm="QKNorm", known=merged,
+        fix="Models whose attention normalises queries and keys already (Qwen3, Gemma 3, OLMo 2) need nothing. "
         "For your own attention class pass policy={YourAttention: fn(module, eps)} (normalise_projection does "
         f"the wrapping); for another library's, register_qk_norm_policy(cls, fn).{unloaded_policies_hint()}",
     )
