@@ -104,7 +104,7 @@ def test_mixup_trains_a_plain_module_on_1d_signals() -> None:
 def test_the_default_candidates_include_mixup_on_1d_signals_and_leave_out_image_methods() -> None:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        result = search_recipe(make_module, make_data, candidates=None, max_fits=4, **KWARGS)
+        result = search_recipe(make_module, make_data, candidates=None, max_fits=4, **KWARGS, method="greedy")
     searched = result.settings["search_candidates"]
     assert "MixUp" in searched and {"LabelSmoothing", "EMA", "SAM", "GradientClipping"} <= set(searched)
     assert not {"CutMix", "CutOut", "ProgressiveResizing"} & set(searched)
@@ -116,7 +116,7 @@ def test_the_default_candidates_include_mixup_on_1d_signals_and_leave_out_image_
 def test_mixup_named_explicitly_is_searched_and_confirmed_whole_with_ema() -> None:
     result = search_recipe(make_module, make_data, candidates=["MixUp"], max_fits=8,
                            also_confirm={"mixup-ema": [Candidate("MixUp", name="MixUp"),
-                                                       Candidate("EMA", {"half_life": "1ba"})]}, **KWARGS)
+                                                       Candidate("EMA", {"half_life": "1ba"})]}, **KWARGS, method="greedy")
     search_configs = {tuple(f.config) for f in result.fits if f.phase == "search"}
     assert ("MixUp",) in search_configs and not any(f.error for f in result.fits)
     # The recipe reported as "mixup-ema" is the one trained: both algorithms, in every confirmation fit of it.
@@ -130,7 +130,7 @@ def test_an_explicit_request_that_cannot_apply_is_refused_naming_the_algorithm_w
     request = ({"candidates": ["MixUp", "CutMix"]} if where == "candidates"
                else {"candidates": ["MixUp"], "also_confirm": {"mixup-cutmix": ["MixUp", "CutMix"]}})
     with pytest.raises(SearchInputError) as error:
-        search_recipe(make_module, make_data, max_fits=8, **{**KWARGS, **request})
+        search_recipe(make_module, make_data, max_fits=8, **{**KWARGS, **request}, method="greedy")
     message = str(error.value)
     assert "['CutMix'] cannot apply" in message and "(N, C, H, W)" in message  # which, and why
     assert "remove CutMix from" in message  # the fix

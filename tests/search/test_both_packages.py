@@ -49,7 +49,7 @@ def test_a_plain_module_of_either_package_is_searched_with_its_own_trainer(tmp_p
     tables = {}
     for package in (lightning.pytorch, pytorch_lightning):
         module_class = plain_module_class(package)
-        result = search_recipe(module_class, task.make_data, state_dir=tmp_path / package.__name__, **kwargs)
+        result = search_recipe(module_class, task.make_data, state_dir=tmp_path / package.__name__, **kwargs, method="greedy")
         tables[package.__name__] = _table(result)
     assert tables["lightning.pytorch"]  # fits ran
     assert len({f[4] for f in tables["lightning.pytorch"]}) > 1  # the candidates changed the results
@@ -58,4 +58,4 @@ def test_a_plain_module_of_either_package_is_searched_with_its_own_trainer(tmp_p
 
 def test_something_that_is_not_a_lightning_module_is_refused_naming_both_packages() -> None:
     with pytest.raises(SearchInputError, match=r"Sequential.*LightningModule.*pytorch_lightning"):
-        search_recipe(task.tiny_network, task.make_data, **task.search_kwargs())
+        search_recipe(task.tiny_network, task.make_data, **task.search_kwargs(), method="greedy")

@@ -58,7 +58,7 @@ def test_a_search_whose_fits_use_ddp_on_two_processes_finishes(tmp_path) -> None
     # One search seed, one candidate, two run lengths: each fit is a two-process gloo DDP run in a child.
     kwargs = task.search_kwargs(candidates=["LabelSmoothing"], run_lengths=[2, 4], max_fits=4, search_seeds=[0],
                                 confirm_seeds=[10], trainer_kwargs=DDP)
-    result = search_recipe(make_module, task.make_data, state_dir=tmp_path, **kwargs)
+    result = search_recipe(make_module, task.make_data, state_dir=tmp_path, **kwargs, method="greedy")
     assert result.fits and all(f.error is None and f.processes == 2 for f in result.fits)
     assert all(f.seconds == f.steps for f in result.fits)  # each fit ran its steps (global steps, both ranks)
     # The search's DDP fit is the same fit as the DDP run of that task on its own, outside the search.
@@ -77,21 +77,21 @@ def test_a_factory_a_child_process_cannot_import_is_refused_before_training(tmp_
 
     kwargs = task.search_kwargs(trainer_kwargs=DDP, run_lengths=[2, 4])
     with pytest.raises(SearchInputError, match="define it at module level|Define it at module level"):
-        search_recipe(local_factory, task.make_data, state_dir=tmp_path, **kwargs)
+        search_recipe(local_factory, task.make_data, state_dir=tmp_path, **kwargs, method="greedy")
     with pytest.raises(SearchInputError, match="lambda"):
-        search_recipe(lambda n: make_module(n), task.make_data, state_dir=tmp_path, **kwargs)
+        search_recipe(lambda n: make_module(n), task.make_data, state_dir=tmp_path, **kwargs, method="greedy")
     assert not (tmp_path / "search.json").exists()
 
 
 def test_the_ray_executor_without_ray_names_the_extra(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError, as where it is not installed
     with pytest.raises(SearchInputError, match=r"composer-bridge\[ray\]"):
-        search_recipe(make_module, task.make_data, executor="ray", **task.search_kwargs())
+        search_recipe(make_module, task.make_data, executor="ray", **task.search_kwargs(), method="greedy")
 
 
 def test_an_unknown_executor_is_refused() -> None:
     with pytest.raises(SearchInputError, match="executor='threads'"):
-        search_recipe(make_module, task.make_data, executor="threads", **task.search_kwargs())
+        search_recipe(make_module, task.make_data, executor="threads", **task.search_kwargs(), method="greedy")
 
 
 def test_the_state_file_is_replaced_atomically_and_never_left_half_written(tmp_path, monkeypatch) -> None:

@@ -23,7 +23,7 @@ def test_with_ladders_replaces_each_laddered_candidate_by_its_rungs() -> None:
 def test_the_rungs_race_on_real_fits_and_never_share_a_recipe() -> None:
     candidates = with_ladders(["LabelSmoothing", "GhostBatchNorm"])
     result = search_recipe(make_module, task.make_data, **task.search_kwargs(
-        candidates=candidates, search_seeds=[0], confirm_seeds=[10], max_fits=40, starting_recipes={}, screen=None))
+        candidates=candidates, search_seeds=[0], confirm_seeds=[10], max_fits=40, starting_recipes={}, screen=None), method="greedy")
     rungs = {c.label for c in ladder("LabelSmoothing")}
     first_step = {tuple(c.config) for c in result.curves if c.phase == "search" and len(c.config) == 1}
     assert {(r,) for r in rungs} <= first_step  # every rung was raced

@@ -37,14 +37,14 @@ def _rows(result) -> list[tuple]:
 @pytest.fixture(scope="module")
 def sequential(tmp_path_factory):
     state = tmp_path_factory.mktemp("sequential")
-    result = search_recipe(make_module, task.make_data, state_dir=state, **KWARGS)
+    result = search_recipe(make_module, task.make_data, state_dir=state, **KWARGS, method="greedy")
     result.trained = len(json.loads((state / "search.json").read_text())["fits"])
     return result
 
 
 def _parallel(state_dir, factory=make_module, **overrides):
     return search_recipe(factory, task.make_data, state_dir=state_dir,
-                         executor=RayExecutor(cpus_per_fit=1), **{**KWARGS, **overrides})
+                         executor=RayExecutor(cpus_per_fit=1), **{**KWARGS, **overrides}, method="greedy")
 
 
 def test_the_search_on_ray_takes_the_sequential_path_and_picks_the_same_recipe(local_ray, sequential, tmp_path) -> None:
@@ -87,7 +87,7 @@ def test_a_speculating_search_decides_as_the_sequential_one_and_reports_what_it_
     # Idle workers train the next run length before the shorter run says whether it is needed: the same
     # fits read, the same decisions; any fit no decision read is in the cost, apart.
     watched = WatchedRay(cpus_per_fit=1, speculate=True)
-    parallel = search_recipe(make_module, task.make_data, state_dir=tmp_path, executor=watched, **KWARGS)
+    parallel = search_recipe(make_module, task.make_data, state_dir=tmp_path, executor=watched, **KWARGS, method="greedy")
     assert parallel.steps == sequential.steps and _rows(parallel) == _rows(sequential)
     assert parallel.confirmed == sequential.confirmed
     # idle workers trained something early: a curve's next run length, or the confirmation's baselines
@@ -98,7 +98,7 @@ def test_a_speculating_search_decides_as_the_sequential_one_and_reports_what_it_
     assert parallel.cost["search_unread_fits"] == trained - len(parallel.fits)
     # without speculate, a curve's next run length never starts before its shorter one is back
     plain = WatchedRay(cpus_per_fit=1)
-    search_recipe(make_module, task.make_data, state_dir=tmp_path / "plain", executor=plain, **KWARGS)
+    search_recipe(make_module, task.make_data, state_dir=tmp_path / "plain", executor=plain, **KWARGS, method="greedy")
     assert plain.ahead == []
 
 
@@ -108,9 +108,9 @@ def test_with_recipes_to_confirm_idle_workers_train_the_confirmations_baselines_
     # speculating search starts them while the search's own fits leave a worker free, and decides as the
     # sequential search does.
     kwargs = {**KWARGS, "also_confirm": {"ls": ["LabelSmoothing"]}}
-    alone = search_recipe(make_module, task.make_data, state_dir=tmp_path / "alone", **kwargs)
+    alone = search_recipe(make_module, task.make_data, state_dir=tmp_path / "alone", **kwargs, method="greedy")
     watched = WatchedRay(cpus_per_fit=1, speculate=True)
-    parallel = search_recipe(make_module, task.make_data, state_dir=tmp_path / "ray", executor=watched, **kwargs)
+    parallel = search_recipe(make_module, task.make_data, state_dir=tmp_path / "ray", executor=watched, **kwargs, method="greedy")
     assert parallel.steps == alone.steps and _rows(parallel) == _rows(alone)
     assert parallel.confirmed == alone.confirmed and parallel.also_confirmed == alone.also_confirmed
     search_seeds, confirm_seeds = KWARGS["search_seeds"], KWARGS["confirm_seeds"]
@@ -161,7 +161,7 @@ def test_a_search_whose_fits_use_ddp_on_two_processes_finishes_on_ray(local_ray,
               "search_seeds": [0], "confirm_seeds": [10], "trainer_kwargs": ddp}
     executor = RayExecutor()
     assert executor.resources(ddp) == (2.0, 0.0)  # one core per DDP process
-    result = search_recipe(make_module, task.make_data, state_dir=tmp_path, executor=executor, **kwargs)
+    result = search_recipe(make_module, task.make_data, state_dir=tmp_path, executor=executor, **kwargs, method="greedy")
     assert result.fits and all(f.error is None and f.seconds == f.steps and f.processes == 2 for f in result.fits)
 
 
@@ -177,7 +177,7 @@ def test_bad_ray_input_is_refused_before_training(local_ray, tmp_path) -> None:
     with pytest.raises(SearchInputError, match="Define it at module level"):
         _parallel(tmp_path, lambda n: make_module(n))
     with pytest.raises(SearchInputError, match="3 cores and 0 GPUs.*largest machine of the Ray cluster has 2 cores"):
-        search_recipe(make_module, task.make_data, state_dir=tmp_path, executor=RayExecutor(cpus_per_fit=3), **KWARGS)
+        search_recipe(make_module, task.make_data, state_dir=tmp_path, executor=RayExecutor(cpus_per_fit=3), **KWARGS, method="greedy")
     with pytest.raises(SearchInputError, match="speculate='yes': expected True or False"):
         RayExecutor(speculate="yes")
     assert not (tmp_path / "search.json").exists()
@@ -185,7 +185,7 @@ def test_bad_ray_input_is_refused_before_training(local_ray, tmp_path) -> None:
 
 def test_an_unreachable_cluster_address_is_refused() -> None:
     with pytest.raises(SearchInputError, match="address='127.0.0.1:9'.*no Ray cluster answers"):
-        search_recipe(make_module, task.make_data, executor=RayExecutor(address="127.0.0.1:9"), **KWARGS)
+        search_recipe(make_module, task.make_data, executor=RayExecutor(address="127.0.0.1:9"), **KWARGS, method="greedy")
 
 
 def test_the_command_runs_its_fits_on_ray(local_ray, tmp_path) -> None:

@@ -46,7 +46,7 @@ def cluster():
 
 
 def test_a_search_on_a_three_node_cluster_that_loses_a_node_takes_the_sequential_path(cluster, tmp_path) -> None:
-    sequential = search_recipe(make_module, task.make_data, state_dir=tmp_path / "sequential", **KWARGS)
+    sequential = search_recipe(make_module, task.make_data, state_dir=tmp_path / "sequential", **KWARGS, method="greedy")
     nodes, workers = cluster
     state = tmp_path / "cluster" / "search.json"
     removed_after: list[int] = []
@@ -63,7 +63,7 @@ def test_a_search_on_a_three_node_cluster_that_loses_a_node_takes_the_sequential
     remover = threading.Thread(target=remove_a_node_mid_search, daemon=True)
     remover.start()
     on_cluster = search_recipe(make_module, task.make_data, state_dir=tmp_path / "cluster",
-                               executor=RayExecutor(address=nodes.address, cpus_per_fit=1), **KWARGS)
+                               executor=RayExecutor(address=nodes.address, cpus_per_fit=1), **KWARGS, method="greedy")
     remover.join(timeout=5)
     assert removed_after and removed_after[0] < len(on_cluster.fits)  # the node went while fits were still due
     assert list(nodes.worker_nodes) == [workers[1]]  # two nodes left: the head and one worker

@@ -30,7 +30,7 @@ KWARGS = task.search_kwargs(candidates=["LabelSmoothing", "MixUp", "GhostBatchNo
 
 
 def test_the_search_never_settles_below_the_best_starting_recipe_on_its_own_seeds() -> None:
-    result = search_recipe(make_module, task.make_data, starting_recipes=STARTS, **KWARGS)
+    result = search_recipe(make_module, task.make_data, starting_recipes=STARTS, **KWARGS, method="greedy")
     seeds = result.settings["search_seeds"]
     assert not result.stopped_by_budget
     assert result.settings["starting_recipes"] == {"ls-gbn": ["LabelSmoothing", "GhostBatchNorm"],
@@ -61,7 +61,7 @@ def test_a_named_starting_recipe_that_cannot_apply_is_refused() -> None:
     with pytest.raises(SearchInputError, match=r"starting_recipes\['blur'\]: \['BlurPool'\] cannot apply .* remove "
                                                "BlurPool from"):
         search_recipe(make_module, task.make_data, starting_recipes={"blur": ["BlurPool", "LabelSmoothing"]},
-                      **KWARGS)
+                      **KWARGS, method="greedy")
 
 
 def test_the_default_starting_recipes_are_the_published_ones_that_apply_whole() -> None:
@@ -99,7 +99,7 @@ def test_a_language_recipes_sequence_length_comes_from_the_token_ids_of_a_dict_b
 
 def test_a_search_where_no_published_recipe_applies_says_why_in_its_steps() -> None:
     result = search_recipe(make_module, task.make_data, **{**KWARGS, "candidates": ["LabelSmoothing"], "max_fits": 12,
-                                                          "search_seeds": [0]})
+                                                          "search_seeds": [0]}, method="greedy")
     assert any(s.startswith("published recipe short is not a starting recipe: short:BlurPool would replace nothing")
                for s in result.steps)
     assert "starting_recipes" not in result.settings  # a state saved before starting recipes existed still loads

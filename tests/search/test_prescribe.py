@@ -1,0 +1,171 @@
+"""The prescription search on simulated runs: what it hands over is what it measured, at the length it measured.
+
+The simulator (tests/helpers/prescribe_sim.py) has what the earlier search's simulator lacked: methods that pay
+only late, gains that come from a shorter schedule, methods that cost more per step, and seeds whose luck every
+configuration shares.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+import pytest
+from helpers.prescribe_sim import Model, SimExecutor, Truth, candidates
+
+from composer_bridge.search.curve_rule import first_reach
+from composer_bridge.search.executor import InProcessExecutor
+from composer_bridge.search.prescribe import RUNGS, PrescriptionSearch, RunBook
+from composer_bridge.search.settings import SearchSettings
+from composer_bridge.search.state import SearchState
+
+LENGTHS = (80, 120, 160)
+B = max(LENGTHS)
+
+
+def _settings(labels, **overrides) -> SearchSettings:
+    kwargs = dict(make_module=None, make_data=None, monitor="q", higher=True, candidates=candidates(labels),
+                  search_pool=tuple(labels), run_lengths=LENGTHS, search_seeds=(0, 1), confirm_seeds=(),
+                  clock="steps", max_baseline_runs=None)
+    return SearchSettings(**{**kwargs, **overrides})
+
+
+def _search(model: Model, labels, target=None, eval_every=10, **overrides):
+    executor = SimExecutor(model)
+    settings = _settings(labels, **overrides)
+    book = RunBook(settings, SearchState(None, {}), executor)
+    search = PrescriptionSearch(settings, book, target=target, eval_every=eval_every)
+    return search, search.run(), executor
+
+
+def _heldout_time(model: Model, config, steps, target, seed, eval_every=10) -> float | None:
+    reach = first_reach(model.points(tuple(config), seed, steps, eval_every), target, True)
+    return None if reach is None else reach[1]
+
+
+def test_the_prescription_is_the_run_measured_at_its_length() -> None:
+    model = Model({"fast": Truth(speed=1.6), "a": Truth(), "b": Truth(speed=0.9)}, luck_sd=0.1)
+    search, prescription, executor = _search(model, ["fast", "a", "b"], eval_every=2)
+    assert [c.label for c in prescription.algorithms] == ["fast"]
+    # the speed-up handed over is the finalist run's time to the target at the prescribed length, on a seed no
+    # decision used, nothing interpolated: the same run trained again to its end reaches the target at the same
+    # validation (and the seed it was chosen on says something else: its luck is not handed over)
+    finalist = search.finalist
+    assert finalist.config == ("fast",) and finalist.steps == prescription.steps and finalist.seed == 1
+    again = _heldout_time(model, ("fast",), prescription.steps, prescription.target, finalist.seed, eval_every=2)
+    chosen = _heldout_time(model, ("fast",), prescription.steps, prescription.target, 0, eval_every=2)
+    assert prescription.speedup == pytest.approx(search.T / again) != pytest.approx(search.T / chosen)
+    assert f"max_steps={prescription.steps}" in prescription.python_code()
+    assert f"max_steps: {prescription.steps}" in prescription.yaml_fragment()
+
+
+def test_a_gain_from_the_shorter_schedule_alone_is_prescribed_as_the_baseline_at_fewer_steps() -> None:
+    # nothing helps, but the target (below the baseline's best at B) is reached sooner by a shorter schedule
+    model = Model({"a": Truth(speed=0.95), "b": Truth(speed=0.9)}, luck_sd=0.0, run_sd=0.0)
+    search, prescription, _ = _search(model, ["a", "b"], target=0.77)
+    assert prescription.is_baseline and prescription.steps < B
+    assert "the gain is the shorter schedule itself" in prescription.text()
+    assert _heldout_time(model, (), prescription.steps, 0.77, 5) < _heldout_time(model, (), B, 0.77, 5)
+
+
+def test_a_method_that_costs_more_per_step_than_it_saves_is_not_prescribed() -> None:
+    model = Model({"costly": Truth(speed=1.5, cost=2.0), "a": Truth()})
+    _, prescription, _ = _search(model, ["costly", "a"])
+    assert "costly" not in [c.label for c in prescription.algorithms]
+
+
+def test_runs_that_cannot_win_stop_and_the_cost_counts_every_run_trained() -> None:
+    model = Model({f"c{i}": Truth(speed=0.7) for i in range(6)} | {"fast": Truth(speed=1.5)})
+    labels = [*(f"c{i}" for i in range(6)), "fast"]
+    search, prescription, executor = _search(model, labels)
+    # the cost is what the executor trained, every run (the finalist's included), on the search's clock
+    assert search.book.spent() == pytest.approx(sum(seconds for *_, seconds in executor.trained))
+    assert len(search.book.search_fits) == len(executor.trained)
+    # slow candidates stop at the first rung or when they can no longer beat the best so far
+    slow = [r for r in search.book.search_fits if r.config and r.config[0].startswith("c")]
+    assert all(r.stopped is not None for r in slow)
+    assert all(r.seconds < search.T for r in slow)
+
+
+def test_the_budget_leaves_room_for_the_finalist_and_stops_exploring() -> None:
+    model = Model({f"c{i}": Truth(speed=1.0 + 0.01 * i) for i in range(12)})
+    search, _, executor = _search(model, [f"c{i}" for i in range(12)], max_baseline_runs=2.0)
+    assert any("budget spent" in s for s in search.steps)
+    # the finalist may overrun the reserve kept for it by at most its own run
+    assert search.book.spent() <= 2.0 * search.baseline_seconds + search.T
+
+
+def test_a_given_baseline_run_is_read_not_trained_and_is_no_part_of_the_cost() -> None:
+    model = Model({"fast": Truth(speed=1.6)})
+    executor = SimExecutor(model)
+    settings = _settings(["fast"])
+    given = model.points((), 0, B, 10)
+    search = PrescriptionSearch(settings, RunBook(settings, SearchState(None, {}), executor), eval_every=10,
+                                baseline_run=given)
+    search.run()
+    assert ((), 0, B) not in [t[:3] for t in executor.trained]
+    assert search.baseline_seconds == given[-1][1]
+
+
+def test_a_late_payer_is_measured_at_its_own_length_not_credited_from_a_shorter_run() -> None:
+    # the earlier search read a configuration's curve across run lengths; here a late payer that never reaches
+    # the target at B is never prescribed at B
+    model = Model({"late": Truth(late=0.04, speed=0.97)}, luck_sd=0.0, run_sd=0.0)
+    search, prescription, _ = _search(model, ["late"])
+    for trial in search.trials:
+        if trial.time is not None:
+            assert trial.time == first_reach(trial.points, search.Q, True)[1]
+    if prescription.algorithms:
+        assert _heldout_time(model, ("late",), prescription.steps, search.Q, 7) is not None
+
+
+def test_the_interval_covers_the_held_out_speed_up_on_most_simulated_tasks() -> None:
+    covered = picks = 0
+    for task in range(24):
+        rng = statistics.NormalDist(0, 0.15)
+        speeds = rng.samples(5, seed=task)
+        truths = {f"m{i}": Truth(speed=math.exp(s)) for i, s in enumerate(speeds)}
+        model = Model(truths, luck_sd=0.06, run_sd=0.04, validation_sd=0.004)
+        _, prescription, _ = _search(model, list(truths))
+        if prescription.low is None:
+            continue
+        picks += 1
+        seeds = range(1000 + 10 * task, 1005 + 10 * task)  # held out: five seeds no decision saw
+        base = [_heldout_time(model, (), B, prescription.target, s) or math.inf for s in seeds]
+        mine = [_heldout_time(model, [c.label for c in prescription.algorithms], prescription.steps,
+                              prescription.target, s) or math.inf for s in seeds]
+        held = statistics.median(base) / statistics.median(mine)
+        covered += prescription.low <= held <= prescription.high
+    assert picks >= 10
+    assert covered / picks >= 0.75
+
+
+def test_rungs_are_read_at_equal_training_time() -> None:
+    # a method twice as costly per step is judged at the rung by its quality after the same seconds, not steps
+    model = Model({"costly": Truth(speed=1.2, cost=2.0)}, luck_sd=0.0, run_sd=0.0)
+    search, _, _ = _search(model, ["costly"])
+    run = next(r for r in search.book.search_fits if r.config == ["costly"])
+    assert run.stopped is not None and run.stopped.startswith(("pruned at", "too slow"))
+    assert search.rungs[0] == pytest.approx(search.T * RUNGS[0])
+
+
+def test_the_real_executor_stops_a_run_as_the_rule_says(tmp_path) -> None:
+    """A real Lightning fit stopped by its rule is the prefix of the same run trained to its end."""
+    from helpers.search_support import make_data, make_module
+
+    from composer_bridge.search.curve_rule import CurveRule
+    from composer_bridge.search.fit_task import FitTask
+
+    full = FitTask(make_module, make_data, [], 12, 0, "val/acc", "steps", {"accelerator": "cpu", "devices": 1},
+                   curve=CurveRule(2))
+    whole = InProcessExecutor()
+    whole.submit(full)
+    _, outcome = whole.next_done()
+    assert [p[0] for p in outcome.points] == [2, 4, 6, 8, 10, 12] and outcome.stopped is None
+    target = outcome.points[2][2]
+    stopped = FitTask(make_module, make_data, [], 12, 0, "val/acc", "steps", {"accelerator": "cpu", "devices": 1},
+                      curve=CurveRule(2, target=target, higher=True))
+    whole.submit(stopped)
+    _, early = whole.next_done()
+    reach = next(i for i, p in enumerate(outcome.points) if p[2] >= target)
+    assert early.stopped == "reached" and early.points == outcome.points[: reach + 1]
