@@ -16,6 +16,7 @@ import pytest
 import torch
 import torch.distributed as dist
 from helpers.support import REPO, assert_same_state, run_ddp_file, wandb_run_records
+from helpers.two_processes import rank_files
 
 from composer_bridge.algorithms import EMA, SWA, BlurPool
 from composer_bridge.algorithms._sharding import full_tensor, is_dtensor, like
@@ -70,9 +71,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
                     f"{torch.__version__} (core/torch_versions.py; the bridge refuses it at setup, tested below)")
     out = tmp_path_factory.mktemp("fsdp2")
     result = run_ddp_file(SCRIPT, [str(out)], out, timeout=840, extra_env={"WANDB_MODE": "offline", "WANDB_SILENT": "true"})
-    if result.returncode != 0:
-        pytest.fail(f"fsdp_runs.py exited with {result.returncode}:\n{result.stderr[-6000:]}")
-    ranks = [torch.load(out / f"rank{r}.pt", weights_only=False) for r in (0, 1)]
+    ranks = rank_files(result, out, weights_only=False)
     for rank in ranks:
         rank["out"] = out
     return ranks
