@@ -17,7 +17,7 @@ run trained to the end.
 Examples:
     >>> rule = CurveRule(eval_every=10, target=0.8, higher=True, stop_after=5.0, gates=((2.0, 0.5),))
     >>> rule.verdict([(10, 1.0, 0.3)]), rule.verdict([(10, 1.0, 0.3), (20, 2.1, 0.4)])
-    (None, 'pruned at 2.0 s: 0.4 below 0.5')
+    (None, 'pruned at the rung at 2: 0.4 below 0.5')
     >>> rule.verdict([(10, 1.0, 0.3), (20, 2.1, 0.6), (30, 3.0, 0.85)])
     'reached'
     >>> first_reach([(10, 1.0, 0.3), (20, 2.1, 0.6), (30, 3.0, 0.85)], 0.8, True)
@@ -84,7 +84,7 @@ class CurveRule:
         previous = points[-2][1] if len(points) > 1 else -math.inf
         for at, bar in self.gates:
             if previous < at <= seconds and not self._better(quality, bar):
-                return f"pruned at {at:.3g} s: {quality:.4g} {'below' if self.higher else 'above'} {bar:.4g}"
+                return f"pruned at the rung at {at:.3g}: {quality:.4g} {'below' if self.higher else 'above'} {bar:.4g}"
         if self.target is not None and self.stop_after is not None and seconds >= self.stop_after:
             return f"too slow: not reached in {seconds:.3g}"
         return None

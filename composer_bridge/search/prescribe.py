@@ -29,7 +29,7 @@ soonest, at its length, so the user trains exactly the run that was measured.
    its own: it is not part of the search's cost.
 
 Examples:
-    >>> validation_noise([(1, 1.0, 0.5), (2, 2.0, 0.6), (3, 3.0, 0.7), (4, 4.0, 0.8)])
+    >>> round(validation_noise([(1, 1.0, 0.5), (2, 2.0, 0.6), (3, 3.0, 0.7), (4, 4.0, 0.8)]), 6)
     0.0
     >>> round(validation_noise([(1, 1.0, 0.5), (2, 2.0, 0.65), (3, 3.0, 0.7), (4, 4.0, 0.85)]), 4)
     0.0408

@@ -26,11 +26,43 @@ from typing import Any
 
 from composer_bridge.search.candidates import Candidate
 
-__all__ = ["Prescription"]
+__all__ = ["Prescription", "run_code", "run_yaml"]
 
 
 def _kwargs_text(kwargs: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
+
+
+def run_code(algorithms: Sequence[Candidate], steps: int, note: str) -> str:
+    """Python code for a run of ``steps`` optimizer steps with ``algorithms`` (arguments scaled to it)."""
+    classes = sorted({c.algorithm for c in algorithms})
+    lines = ["import lightning", "from composer_bridge import AlgorithmEngineCallback"]
+    if classes:
+        lines.append(f"from composer_bridge.algorithms import {', '.join(classes)}")
+    lines += ["", f"# {note}", f"total_steps = {steps}  # build your module's schedule for this many steps",
+              "algorithms = ["]
+    lines += [f"    {c.algorithm}({_kwargs_text(c.scaled_kwargs(steps))})," for c in algorithms]
+    lines += ["]", "callback = AlgorithmEngineCallback(algorithms)",
+              f"trainer = lightning.Trainer(max_steps={steps}, callbacks=[callback])  "
+              f"# and your module built for total_steps={steps}"]
+    return "\n".join(lines)
+
+
+def run_yaml(algorithms: Sequence[Candidate], steps: int, note: str) -> str:
+    """A LightningCLI fragment (``trainer.max_steps`` and ``trainer.callbacks``) for that run."""
+    lines = [f"# {note}", f"# Build your model's schedule for {steps} steps (total_steps: {steps}).",
+             "trainer:", f"  max_steps: {steps}", "  callbacks:",
+             "    - class_path: composer_bridge.AlgorithmEngineCallback", "      init_args:"]
+    if not algorithms:
+        lines.append("        algorithms: []")
+    else:
+        lines.append("        algorithms:")
+        for c in algorithms:
+            lines.append(f"          - class_path: composer_bridge.algorithms.{c.algorithm}")
+            kwargs = c.scaled_kwargs(steps)
+            if kwargs:
+                lines.append(f"            init_args: {json.dumps(kwargs)}")
+    return "\n".join(lines)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -98,35 +130,11 @@ class Prescription:
 
     def python_code(self) -> str:
         """The run as Python code: the callback, ``max_steps`` and the schedule's length."""
-        classes = sorted({c.algorithm for c in self.algorithms})
-        lines = ["import lightning", "from composer_bridge import AlgorithmEngineCallback"]
-        if classes:
-            lines.append(f"from composer_bridge.algorithms import {', '.join(classes)}")
-        lines += ["", f"# Found by composer_bridge.search: {self.text()}.",
-                  f"total_steps = {self.steps}  # build your module's schedule for this many steps",
-                  "algorithms = ["]
-        lines += [f"    {c.algorithm}({_kwargs_text(c.scaled_kwargs(self.steps))})," for c in self.algorithms]
-        lines += ["]", "callback = AlgorithmEngineCallback(algorithms)",
-                  f"trainer = lightning.Trainer(max_steps={self.steps}, callbacks=[callback])  "
-                  f"# and your module built for total_steps={self.steps}"]
-        return "\n".join(lines)
+        return run_code(self.algorithms, self.steps, f"Found by composer_bridge.search: {self.text()}.")
 
     def yaml_fragment(self) -> str:
         """The run as a LightningCLI fragment: ``trainer.max_steps`` and ``trainer.callbacks``."""
-        lines = [f"# Found by composer_bridge.search: {self.text()}.",
-                 f"# Build your model's schedule for {self.steps} steps (total_steps: {self.steps}).",
-                 "trainer:", f"  max_steps: {self.steps}", "  callbacks:",
-                 "    - class_path: composer_bridge.AlgorithmEngineCallback", "      init_args:"]
-        if not self.algorithms:
-            lines.append("        algorithms: []")
-        else:
-            lines.append("        algorithms:")
-            for c in self.algorithms:
-                lines.append(f"          - class_path: composer_bridge.algorithms.{c.algorithm}")
-                kwargs = c.scaled_kwargs(self.steps)
-                if kwargs:
-                    lines.append(f"            init_args: {json.dumps(kwargs)}")
-        return "\n".join(lines)
+        return run_yaml(self.algorithms, self.steps, f"Found by composer_bridge.search: {self.text()}.")
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready record (the algorithms as ``[class name, kwargs, label]``)."""

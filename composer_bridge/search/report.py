@@ -3,25 +3,28 @@
 Examples:
     >>> from composer_bridge.search.candidates import Candidate
     >>> print(recipe_code([Candidate("LabelSmoothing", {"smoothing": 0.1})], total_steps=200))
+    import lightning
     from composer_bridge import AlgorithmEngineCallback
     from composer_bridge.algorithms import LabelSmoothing
     <BLANKLINE>
     # Found by composer_bridge.search; arguments counted in steps are scaled to a 200-step run.
+    total_steps = 200  # build your module's schedule for this many steps
     algorithms = [
         LabelSmoothing(smoothing=0.1),
     ]
-    callback = AlgorithmEngineCallback(algorithms)  # lightning.Trainer(callbacks=[callback])
+    callback = AlgorithmEngineCallback(algorithms)
+    trainer = lightning.Trainer(max_steps=200, callbacks=[callback])  # and your module built for total_steps=200
 """
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from composer_bridge.search.candidates import Candidate
+from composer_bridge.search.prescription import run_code, run_yaml
 
 if TYPE_CHECKING:
     from composer_bridge.search.results import SearchResult
@@ -38,8 +41,29 @@ def _unit(result: SearchResult) -> str:
     return "steps" if result.settings["clock"] == "steps" else "s"
 
 
+def prescription_summary(result: SearchResult) -> str:
+    """The prescription search's summary: the run to start, what it rests on, the confirmation, the cost."""
+    cost, unit, p = result.cost, _unit(result), result.prescription
+    assert p is not None
+    lines = [f"Prescription: {p.text()}.", f"Measured: {p.measured}."]
+    if result.confirmed is not None:
+        lines.append(f"Confirmed as handed over on seeds {result.settings['confirm_seeds']} (never seen by the search), "
+                     f"against the baseline at {p.baseline_steps} steps: {result.confirmed.text()}.")
+    for name, speed in result.also_confirmed.items():
+        lines.append(f"{name}: {speed.text()} on the same confirmation seeds.")
+    given = " (your baseline run, read, is no part of it)" if result.settings.get("baseline_run") else ""
+    lines.append(f"Search: {cost['search_fits']} runs, {cost['search_train']:.1f} {unit} of training = "
+                 f"{cost['search_in_baseline_runs']:.2f} baseline runs (one = the baseline at {p.baseline_steps} steps "
+                 f"on one seed, {cost['baseline_run']:.1f} {unit}){given}; confirmation apart: {cost['confirm_fits']} "
+                 f"runs, {cost['confirm_train']:.1f} {unit}. Clock: {cost['clock_means']}.")
+    lines.append("Train it: python_code() or yaml_fragment() set max_steps and the schedule's length.")
+    return "\n".join(lines)
+
+
 def summary(result: SearchResult) -> str:
     """The verdict, the recipe, its confirmed speed-up with spread, what the search cost."""
+    if result.settings.get("method") == "prescribe" and result.prescription is not None:
+        return prescription_summary(result)
     cost, unit = result.cost, _unit(result)
     seeds = result.settings["confirm_seeds"]
     lines = []
@@ -100,45 +124,29 @@ def _kwargs_text(kwargs: dict[str, Any]) -> str:
 
 
 def recipe_code(recipe: Sequence[Candidate], total_steps: int) -> str:
-    """Python code that builds ``recipe`` for a run of ``total_steps`` optimizer steps."""
-    classes = sorted({c.algorithm for c in recipe})
-    lines = ["from composer_bridge import AlgorithmEngineCallback"]
-    if classes:
-        lines.append(f"from composer_bridge.algorithms import {', '.join(classes)}")
-    if not recipe:
-        return "\n".join([*lines, "", "# composer_bridge.search found no algorithm that beats the baseline on this task.",
-                          "algorithms = []"])
-    lines += ["", f"# Found by composer_bridge.search; arguments counted in steps are scaled to a {total_steps}-step run.",
-              "algorithms = ["]
-    lines += [f"    {c.algorithm}({_kwargs_text(c.scaled_kwargs(total_steps))})," for c in recipe]
-    lines += ["]", "callback = AlgorithmEngineCallback(algorithms)  # lightning.Trainer(callbacks=[callback])"]
-    return "\n".join(lines)
+    """Python code that trains ``recipe`` for ``total_steps`` optimizer steps (``max_steps`` and the schedule)."""
+    return run_code(recipe, total_steps, f"Found by composer_bridge.search; arguments counted in steps are scaled to a "
+                                         f"{total_steps}-step run.")
 
 
 def recipe_yaml(recipe: Sequence[Candidate], total_steps: int) -> str:
-    """A LightningCLI ``trainer.callbacks`` fragment with ``recipe`` scaled to ``total_steps`` steps."""
-    lines = [f"# Found by composer_bridge.search; arguments counted in steps are scaled to a {total_steps}-step run.",
-             "trainer:", "  callbacks:", "    - class_path: composer_bridge.AlgorithmEngineCallback",
-             "      init_args:"]
-    if not recipe:
-        lines.append("        algorithms: []")
-    else:
-        lines.append("        algorithms:")
-        for c in recipe:
-            lines.append(f"          - class_path: composer_bridge.algorithms.{c.algorithm}")
-            kwargs = c.scaled_kwargs(total_steps)
-            if kwargs:
-                lines.append(f"            init_args: {json.dumps(kwargs)}")
-    return "\n".join(lines)
+    """A LightningCLI fragment (``trainer.max_steps``, ``trainer.callbacks``) with ``recipe`` for ``total_steps`` steps."""
+    return run_yaml(recipe, total_steps, f"Found by composer_bridge.search; arguments counted in steps are scaled to a "
+                                         f"{total_steps}-step run.")
 
 
 def python_code(result: SearchResult, total_steps: int | None = None) -> str:
-    """The search's recipe as code (for ``total_steps``; default the longest run length searched)."""
+    """The run the search prescribes as code (its algorithms and length); with ``total_steps``, its algorithms
+    scaled to that length instead (the speed-up was measured at the prescribed length, not at that one)."""
+    if total_steps is None and result.prescription is not None:
+        return result.prescription.python_code()
     return recipe_code(result.recipe, total_steps or max(result.settings["run_lengths"]))
 
 
 def yaml_fragment(result: SearchResult, total_steps: int | None = None) -> str:
-    """The search's recipe as a LightningCLI YAML fragment (for ``total_steps``; default the longest run length)."""
+    """The same as a LightningCLI YAML fragment."""
+    if total_steps is None and result.prescription is not None:
+        return result.prescription.yaml_fragment()
     return recipe_yaml(result.recipe, total_steps or max(result.settings["run_lengths"]))
 
 

@@ -192,6 +192,10 @@ def _search(make_module: Callable[..., Any], make_data: Callable[[int], Any], *,
     confidence = checks.check_confidence(confidence)
     screen = checks.check_screen(screen)
     proxy = checks.check_proxy(proxy)
+    if method == "prescribe" and proxy is not None:
+        raise SearchInputError("proxy= searches on a cheaper run and confirms at full size, which is the greedy "
+                               "search's way (method='greedy'); the prescription search measures the run it hands "
+                               "over. Pass method='greedy' with proxy=, or leave proxy out.")
     search_lengths = list(proxy.run_lengths) if proxy is not None and proxy.run_lengths else lengths
     look = checks.check_first_look(first_look, search_lengths[0]) if screen is not None else None
     shortlist = checks.check_shortlist(shortlist) and screen is not None

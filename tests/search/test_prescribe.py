@@ -145,7 +145,7 @@ def test_rungs_are_read_at_equal_training_time() -> None:
     model = Model({"costly": Truth(speed=1.2, cost=2.0)}, luck_sd=0.0, run_sd=0.0)
     search, _, _ = _search(model, ["costly"])
     run = next(r for r in search.book.search_fits if r.config == ["costly"])
-    assert run.stopped is not None and run.stopped.startswith(("pruned at", "too slow"))
+    assert run.stopped is not None and run.stopped.startswith(("pruned at the rung", "too slow"))
     assert search.rungs[0] == pytest.approx(search.T * RUNGS[0])
 
 
