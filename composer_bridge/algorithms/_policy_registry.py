@@ -23,7 +23,7 @@ from typing import Any
 
 from torch import nn
 
-__all__ = ["PolicyRegistry", "user_first"]
+__all__ = ["PolicyRegistry", "check_policy", "user_first"]
 
 
 class PolicyRegistry:
@@ -44,23 +44,32 @@ class PolicyRegistry:
         return {**defaults, **self._registered}
 
 
+def check_policy(policy: object, algorithm: str, mapping: str, signature: str) -> None:
+    """Refuse a user's ``policy=`` that is not a mapping of ``nn.Module`` subclasses to functions.
 
-def user_first(policy: Mapping[type, Callable[..., Any]] | None, defaults: dict[type, Callable[..., Any]],
-               algorithm: str, signature: str, keys: str = "module class") -> dict[type, Callable[..., Any]]:
-    """The policy a surgery applies: the user's ``policy`` entries first, then its ``defaults`` (registered ones included).
-
-    First, so that they win over the defaults for their classes and subclasses. ``policy`` is checked: a
-    mapping of ``nn.Module`` subclasses to functions; the errors name ``algorithm``, what the ``keys`` are
-    and the functions' ``signature`` (``"fn(module, eps)"``).
+    The errors name ``algorithm``, the ``mapping`` expected (``"attention class: fn(module, eps)"``) and the
+    functions' ``signature`` (``"fn(module, eps)"``); ``None`` (no policy) passes.
     """
     if policy is None:
-        return defaults
+        return
     if not isinstance(policy, Mapping):
-        raise TypeError(f"{algorithm}(policy={policy!r}): must be a mapping {{{keys}: {signature}}}.")
+        raise TypeError(f"{algorithm}(policy={policy!r}): must be a mapping {{{mapping}}}.")
     for cls, fn in policy.items():
         if not (isinstance(cls, type) and issubclass(cls, nn.Module)) or not callable(fn):
             raise TypeError(
                 f"{algorithm} policy entry {cls!r}: {fn!r} must map an nn.Module subclass to a function "
                 f"{signature} -> module or None."
             )
+
+
+def user_first(policy: Mapping[type, Callable[..., Any]] | None, defaults: dict[type, Callable[..., Any]],
+               algorithm: str, signature: str, keys: str = "module class") -> dict[type, Callable[..., Any]]:
+    """The policy a surgery applies: the user's ``policy`` entries first, then its ``defaults`` (registered ones included).
+
+    First, so that they win over the defaults for their classes and subclasses. ``policy`` is checked
+    (:func:`check_policy`, expecting ``{keys: signature}``).
+    """
+    check_policy(policy, algorithm, f"{keys}: {signature}", signature)
+    if policy is None:
+        return defaults
     return {**dict(policy), **{k: v for k, v in defaults.items() if k not in policy}}

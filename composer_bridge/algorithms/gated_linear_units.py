@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from composer_bridge.algorithms._library_policies import load_library_policies, unloaded_policies_hint
-from composer_bridge.algorithms._policy_registry import PolicyRegistry
+from composer_bridge.algorithms._policy_registry import PolicyRegistry, check_policy
 from composer_bridge.algorithms._surgery import (
     Optimizers,
     SurgeryAlgorithm,
@@ -159,15 +159,7 @@ def _check(act_fn: Any, gated_layer_bias: bool, non_gated_layer_bias: bool, poli
     for name, value in (("gated_layer_bias", gated_layer_bias), ("non_gated_layer_bias", non_gated_layer_bias)):
         if not isinstance(value, bool):
             raise TypeError(f"GatedLinearUnits({name}={value!r}): must be True or False.")
-    if policy is not None:
-        if not isinstance(policy, Mapping):
-            raise TypeError(f"GatedLinearUnits(policy={policy!r}): must be a mapping {{module class: fn}}.")
-        for cls, fn in policy.items():
-            if not (isinstance(cls, type) and issubclass(cls, nn.Module)) or not callable(fn):
-                raise TypeError(
-                    f"GatedLinearUnits policy entry {cls!r}: {fn!r} must map an nn.Module subclass to a function "
-                    "fn(module, act_fn, gated_layer_bias, non_gated_layer_bias) -> module or None."
-                )
+    check_policy(policy, "GatedLinearUnits", "module class: fn", "fn(module, act_fn, gated_layer_bias, non_gated_layer_bias)")
 
 
 def apply_gated_linear_units(

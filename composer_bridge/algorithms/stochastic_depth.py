@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from composer_bridge.algorithms._policy_registry import check_policy
 from composer_bridge.algorithms._schedule import schedule_point
 from composer_bridge.algorithms._sharding import is_sharded
 from composer_bridge.algorithms._surgery import SurgeryAlgorithm, replace_modules, warn_no_effect
@@ -205,14 +206,7 @@ def default_stochastic_depth_policy() -> dict[type, Callable[[nn.Module, float, 
 
 
 def _policy(target_layer_name: str, policy: StochasticDepthPolicy | None) -> dict[type, Callable[..., Any]]:
-    if policy is not None and not isinstance(policy, Mapping):
-        raise TypeError(f"StochasticDepth(policy={policy!r}): must be a mapping {{block class: fn}}.")
-    for cls, fn in (policy or {}).items():
-        if not (isinstance(cls, type) and issubclass(cls, nn.Module)) or not callable(fn):
-            raise TypeError(
-                f"StochasticDepth policy entry {cls!r}: {fn!r} must map an nn.Module subclass to a function "
-                "fn(module, drop_rate, stochastic_method) -> module or None."
-            )
+    check_policy(policy, "StochasticDepth", "block class: fn", "fn(module, drop_rate, stochastic_method)")
     known = {**default_stochastic_depth_policy(), **dict(policy or {})}
     chosen: dict[Any, Callable[..., Any]] = {cls: fn for cls, fn in known.items() if cls.__name__ == target_layer_name}
     if target_layer_name in _TORCHVISION_STYLE:
