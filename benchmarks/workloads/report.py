@@ -106,12 +106,28 @@ def _scores(workloads: dict[str, Any]) -> dict[str, Any]:
         times[name] = per
     times = {n: t for n, t in times.items() if t}
     rat = scores.ratios(times)
+    intervals, draws = scores.bootstrap_scores(_seed_lists(workloads, times))
     taus = [1 + 0.05 * i for i in range(61)]
     scored = max((len(r) for r in rat.values()), default=0)
     return {"scores": {n: scores.score(r) for n, r in rat.items()},
             "scored_workloads": {n: len(r) for n, r in rat.items()}, "all_workloads": scored,
             "profiles": {"tau": taus, "rho": {n: scores.profile(r, taus) for n, r in rat.items()}},
-            "ratios": {n: {w: (None if math.isinf(v) else round(v, 4)) for w, v in r.items()} for n, r in rat.items()}}
+            "ratios": {n: {w: (None if math.isinf(v) else round(v, 4)) for w, v in r.items()} for n, r in rat.items()},
+            "score_intervals": intervals,
+            "search_above": {n: round(scores.probability_higher("search", n, draws), 4) for n in intervals
+                             if n != "search" and "search" in intervals}}
+
+
+def _seed_lists(workloads: dict[str, Any], times: dict[str, dict[str, float]]) -> dict[str, dict[str, list[float]]]:
+    """Per configuration and workload (those scored), the held-out seeds' times in seed order (``inf``: failed)."""
+    out: dict[str, dict[str, list[float]]] = {}
+    for name, per in times.items():
+        for workload in per:
+            entry = workloads[workload]
+            row = entry["configs"].get(name) or entry["configs"]["baseline"]
+            seeds = sorted(row["seeds"], key=int)
+            out.setdefault(name, {})[workload] = [row["seeds"][s]["seconds"] or math.inf for s in seeds]
+    return out
 
 
 def cell(speedup: dict[str, Any]) -> str:

@@ -27,7 +27,8 @@ from typing import Any
 
 from composer_bridge.search.curves import median_time  # the search's: a failure counts as infinitely slow
 
-__all__ = ["TAU_MAX", "median_time", "profile", "ratios", "score", "speedups", "time_to_target"]
+__all__ = ["TAU_MAX", "bootstrap_scores", "median_time", "probability_higher", "profile", "ratios", "score", "speedups",
+           "time_to_target"]
 
 TAU_MAX = 4.0
 
@@ -85,3 +86,51 @@ def speedups(baseline: Mapping[Any, float | None], config: Mapping[Any, float | 
     return {"per_seed": per_seed, "mean": round(statistics.mean(values), 4) if values else None,
             "sd": round(statistics.stdev(values), 4) if len(values) > 1 else None,
             "reached": sum(config.get(s) is not None for s in baseline), "seeds": len(baseline)}
+
+
+def bootstrap_scores(seed_times: Mapping[str, Mapping[str, Sequence[float]]], replicates: int = 2000,
+                     confidence: float = 0.9, rng_seed: int = 0,
+                     ) -> tuple[dict[str, dict[str, float]], list[dict[str, float]]]:
+    """Every configuration's score with an interval over the held-out seeds (a paired bootstrap).
+
+    ``seed_times[config][workload]``: the time to target on each held-out seed, in the seeds' order (``inf``: a
+    failure). Each replicate draws, per workload, the seeds with replacement, the *same* draw for every
+    configuration (a seed hard for one is often hard for all: the draw keeps that luck shared), recomputes the
+    medians, the ratios to the fastest and the scores. Returns ``{config: {"score", "low", "high"}}`` and the
+    replicates' scores (:func:`probability_higher` compares two configurations on them).
+
+    Examples:
+        >>> times = {"a": {"w": [1.0, 1.1, 0.9]}, "b": {"w": [2.0, 2.2, 1.8]}}
+        >>> out, draws = bootstrap_scores(times, replicates=200)
+        >>> out["a"]["low"] == out["a"]["high"] == 1.0, out["b"]["score"] < 1
+        (True, True)
+    """
+    import random
+
+    rng = random.Random(rng_seed)
+    workloads = sorted({w for per in seed_times.values() for w in per})
+    n_seeds = {w: max(len(per[w]) for per in seed_times.values() if w in per) for w in workloads}
+    draws: list[dict[str, float]] = []
+    for _ in range(replicates):
+        picks = {w: [rng.randrange(n_seeds[w]) for _ in range(n_seeds[w])] for w in workloads}
+        medians = {c: {w: median_time([times[i] if i < len(times) else math.inf for i in picks[w]])
+                       for w, times in per.items()} for c, per in seed_times.items()}
+        rat = ratios(medians)
+        draws.append({c: score(r) for c, r in rat.items()})
+    point = {c: score(r) for c, r in ratios({c: {w: median_time(list(t)) for w, t in per.items()}
+                                             for c, per in seed_times.items()}).items()}
+    tail = (1 - confidence) / 2
+    out = {}
+    for c in point:
+        values = sorted(d[c] for d in draws if c in d)
+        lo, hi = values[int(tail * (len(values) - 1))], values[int((1 - tail) * (len(values) - 1))]
+        out[c] = {"score": point[c], "low": round(lo, 6), "high": round(hi, 6)}
+    return out, draws
+
+
+def probability_higher(a: str, b: str, draws: Sequence[Mapping[str, float]]) -> float:
+    """The share of bootstrap replicates in which ``a`` scores above ``b`` (ties count half)."""
+    both = [d for d in draws if a in d and b in d]
+    if not both:
+        return math.nan
+    return sum(1.0 if d[a] > d[b] else 0.5 if d[a] == d[b] else 0.0 for d in both) / len(both)

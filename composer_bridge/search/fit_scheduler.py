@@ -166,11 +166,13 @@ class FitScheduler:
         seen = [f.seconds for f in self.search_fits if not f.config and f.steps == steps]
         return max(seen) if seen else 0.0
 
-    def baseline_run(self) -> float | None:
+    def baseline_run(self, complete: bool = True) -> float | None:
         """One baseline run on the search's clock (every run length on one search seed, mean over the seeds),
-        once every search seed's baseline curve is in; ``None`` before."""
+        once every search seed's baseline curve is in (``None`` before); with ``complete=False``, from the baseline
+        fits there are (the cost of a search the budget stopped early)."""
         ladder = self.settings.lengths("search")
-        return baseline_run_seconds(self.search_fits, self.settings.search_seeds, len(ladder), ladder=ladder)
+        return baseline_run_seconds(self.search_fits, self.settings.search_seeds, len(ladder) if complete else None,
+                                    ladder=ladder)
 
     def max_seconds(self) -> float | None:
         """The time budget: ``max_train_seconds``, or ``max_baseline_runs`` baseline runs once they are known."""

@@ -43,17 +43,11 @@ fits in the order the method reads them, and announces the curves it is about to
 (``_prefetch``) so that a concurrent executor can train them side by side.
 
 Examples:
-    >>> from composer_bridge.search.candidates import Candidate
-    >>> from composer_bridge.search.executor import InProcessExecutor
-    >>> from composer_bridge.search.fit_scheduler import FitScheduler
-    >>> from composer_bridge.search.settings import SearchSettings
-    >>> from composer_bridge.search.state import SearchState
-    >>> settings = SearchSettings(make_module=None, make_data=None, monitor="q", higher=True,
-    ...                           candidates=(Candidate("MixUp"),), search_pool=("MixUp",), run_lengths=(1, 2),
-    ...                           search_seeds=(0,), confirm_seeds=(10,), clock="steps", max_fits=4)
-    >>> search = GreedySearch(settings, FitScheduler(settings, SearchState(None, {}), InProcessExecutor()))
-    >>> search.incumbent
-    ()
+    A step's scores are mean speed-ups over the search seeds, a seed that never reached the target counting 0x
+    (the greedy search on a real task: :func:`~composer_bridge.search.search_recipe` with ``method="greedy"``):
+
+    >>> mean_score({0: 2.0, 1: 1.0, 2: None}, [0, 1, 2])
+    1.0
 """
 
 from __future__ import annotations

@@ -394,7 +394,7 @@ def _progress_bar(progress: bool, max_fits: int | None, max_seconds: float | Non
 
 def _cost(settings: SearchSettings, fits: FitScheduler) -> SearchCost:
     max_fits, max_seconds, state = settings.max_fits, fits.max_seconds(), fits.state
-    one_baseline = baseline_run_seconds(fits.search_fits, settings.search_seeds, ladder=settings.lengths("search"))
+    one_baseline = fits.baseline_run(complete=False)
     search_s = fits.spent()
     confirm_s = sum(f.seconds for f in fits.confirm_fits)
     used = fits.used_fits()
