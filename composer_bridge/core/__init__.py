@@ -8,6 +8,7 @@ from composer_bridge.core.callback import Callback
 from composer_bridge.core.engine import Engine, RemovableEventHandle
 from composer_bridge.core.event import Event, EventFilter, EventList
 from composer_bridge.core.logger import Logger, LoggerDestination
+from composer_bridge.core.profiler import Marker, Profiler
 from composer_bridge.core.state import State
 from composer_bridge.core.time import Time, Timestamp, TimeUnit
 from composer_bridge.core.trace import Trace, Traces
@@ -22,6 +23,8 @@ __all__ = [
     "EventList",
     "Logger",
     "LoggerDestination",
+    "Marker",
+    "Profiler",
     "RemovableEventHandle",
     "State",
     "Time",

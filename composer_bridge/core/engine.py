@@ -10,6 +10,9 @@ At every :meth:`Engine.run_event`:
 4. the traces go to the logger; then every engine callback in ``state.callbacks`` runs;
 5. then the handlers registered with :meth:`Engine.on` / :meth:`Engine.add_event_handler`.
 
+With a profiler (:mod:`~composer_bridge.core.profiler`), each ``apply`` and each engine callback
+runs inside its marker, and a ``before_*``/``after_*`` pair spans ``event/<canonical name>``.
+
 Examples:
     >>> import torch
     >>> from composer_bridge.core import Algorithm, Event, State
@@ -38,7 +41,6 @@ from __future__ import annotations
 import logging
 import operator
 import random
-import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -46,6 +48,14 @@ from composer_bridge.core.algorithm import Algorithm, AlgorithmError
 from composer_bridge.core.event import Event, EventFilter, EventList, _check_arity
 from composer_bridge.core.logger import Logger
 from composer_bridge.core.passes import DEFAULT_PASSES, AlgorithmPass, normalize_passes
+from composer_bridge.core.profiler import (
+    CostProfiler,
+    Marker,
+    Profiler,
+    algorithm_marker_name,
+    callback_marker_name,
+    event_marker_name,
+)
 from composer_bridge.core.state import State
 from composer_bridge.core.trace import MAX_CACHED_PLANS, AlgorithmLabels, PlanTraces, Trace, Traces, trace_key
 
@@ -58,6 +68,12 @@ Handler = Callable[..., Any]
 # weighted by 8: an unbiased estimate of the total at an eighth of the clock reads.
 _TIMED_IN_FULL = 64
 _SAMPLED_FRACTION = 0.125
+# event -> (its span's marker name, whether it opens the span): the before/after pairs only
+_EVENT_SPANS: dict[Event, tuple[str, bool]] = {
+    event: (event_marker_name(event), event.is_before_event)
+    for event in Event
+    if event.is_before_event or event.is_after_event
+}
 
 
 class _Handler(NamedTuple):
@@ -97,7 +113,8 @@ class RemovableEventHandle:
 class _Plan:
     """The cached order of one (event, matched algorithms), with everything the run loop reuses."""
 
-    __slots__ = ("matched", "algorithms", "keys", "traces", "cells", "cells_of", "runs", "counted")
+    __slots__ = ("matched", "algorithms", "keys", "traces", "names", "cells", "cells_of", "cost_markers", "runs",
+                 "counted", "profiled", "profiled_by", "both", "both_of")
 
     def __init__(self, matched: list[Algorithm], ordered: list[Algorithm], event: Event, labels: list[str]) -> None:
         self.matched = matched  # the algorithms that matched, in the run's order (the cache key)
@@ -107,22 +124,48 @@ class _Plan:
         self.traces = PlanTraces(
             (key, Trace(label, event, None, i, True)) for i, (label, key) in enumerate(zip(labels, self.keys, strict=True))
         )
-        #: The ``[calls, seconds]`` entries of the cost dict ``cells_of`` that each algorithm adds to.
+        #: each algorithm's marker name (``algorithm/<label>/event/<event>``)
+        self.names = [algorithm_marker_name(label, event) for label in labels]
+        #: The ``[calls, seconds]`` entries of the cost dict ``cells_of`` that each algorithm adds to,
+        #: and the cost profiler's markers that time into them.
         self.cells: list[list[float]] = []
         self.cells_of: dict[str, list[float]] | None = None
+        self.cost_markers: list[Marker] = []
+        # the markers of the profiler ``profiled_by``, and those paired with the cost markers
+        self.profiled: list[Marker] = []
+        self.profiled_by: Profiler | None = None
+        self.both: list[Marker] = []
+        self.both_of: tuple[Profiler, list[Marker]] | None = None
         # Runs with cost measurement on, and how many of them the cells' call counts include: calls
         # are added up in fold_calls (when the cost is read), not one increment per apply.
         self.runs = 0
         self.counted = 0
 
-    def cost_cells(self, cost: dict[str, list[float]]) -> list[list[float]]:
+    def find_cost_markers(self, profiler: CostProfiler) -> list[Marker]:
+        cost = profiler.cost
         if self.cells_of is not cost or not cost:  # a new or cleared cost dict: find the entries again
             if self.cells_of is not cost:
                 self.fold_calls()  # the runs so far belong to the previous dict
-            self.cells = [cost.setdefault(key, [0, 0.0]) for key in self.keys]
+            markers = [profiler.marker(name) for name in self.names]
+            self.cost_markers = markers  # type: ignore[assignment]
+            self.cells = [marker.cell for marker in markers]
             self.cells_of = cost
             self.counted = self.runs  # (a cleared dict drops the runs before the clear)
-        return self.cells
+        return self.cost_markers
+
+    def markers_of(self, profiler: Profiler) -> list[Marker]:
+        """The profiler's marker of each algorithm (asked once per profiler)."""
+        if self.profiled_by is not profiler:
+            self.profiled = [profiler.marker(name) for name in self.names]
+            self.profiled_by = profiler
+        return self.profiled
+
+    def paired(self, profiler: Profiler, cost_markers: list[Marker]) -> list[Marker]:
+        """Each algorithm's profiler marker around its cost marker, for a run both time."""
+        if self.both_of is None or self.both_of[0] is not profiler or self.both_of[1] is not cost_markers:
+            self.both = [_Pair(outer, inner) for outer, inner in zip(self.markers_of(profiler), cost_markers, strict=True)]
+            self.both_of = (profiler, cost_markers)
+        return self.both
 
     def fold_calls(self) -> None:
         """Add the runs since the last fold to each of the plan's call counts."""
@@ -143,23 +186,29 @@ class _Plan:
         return traces
 
 
-class _Stopwatch:
-    """Times the ``apply`` calls of one plan run into its cost cells: ``lap()`` after each call."""
+class _Pair:
+    """A profiler's marker around the cost report's: one run timed by both."""
 
-    __slots__ = ("cells", "weight", "position", "start")
+    __slots__ = ("outer", "inner")
 
-    def __init__(self, cells: list[list[float]], weight: float) -> None:
-        self.cells = cells
-        self.weight = weight
-        self.position = 0
-        self.start = time.perf_counter()
+    def __init__(self, outer: Marker, inner: Marker) -> None:
+        self.outer = outer
+        self.inner = inner
 
-    def lap(self) -> None:
-        end = time.perf_counter()  # one clock read per apply: each interval is one algorithm
-        self.cells[self.position][1] += (end - self.start) * self.weight
-        self.position += 1
-        self.start = end
+    def start(self) -> None:
+        self.outer.start()
+        self.inner.start()
 
+    def finish(self) -> None:
+        self.inner.finish()
+        self.outer.finish()
+
+    def __enter__(self) -> _Pair:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.finish()
 
 
 def _insert_pass(passes: list[AlgorithmPass], algorithm_pass: AlgorithmPass, index: int) -> None:
@@ -199,6 +248,8 @@ class Engine:
             :mod:`composer_bridge.core.passes`). Unlike the defaults, these passes are also asked
             at events where no algorithm matched (with an empty list), as in Composer.
         measure_cost: count every ``apply`` call and time a sample of them into :attr:`cost`.
+        profiler: records Composer's markers (see :mod:`~composer_bridge.core.profiler`); ``None``:
+            none, at the cost of one attribute check per event. May be set later (:attr:`profiler`).
     """
 
     def __init__(
@@ -208,6 +259,7 @@ class Engine:
         algorithm_passes: Any = None,
         *,
         measure_cost: bool = False,
+        profiler: Profiler | None = None,
     ) -> None:
         if not isinstance(state, State):
             raise TypeError(f"Engine needs a composer_bridge.State, got {type(state).__name__}: {state!r}.")
@@ -227,7 +279,13 @@ class Engine:
         self._closed = False
         self.measure_cost = measure_cost
         self._cost: dict[str, list[float]] = {}
+        self._cost_profiler = CostProfiler(self._cost)  # the cost report's timings are markers too
         self._sample = random.Random(0).random  # private: never touches the global random state
+        self._profiler: Profiler | None = None
+        self._span_markers: dict[str, Marker] = {}  # event span name -> the profiler's marker
+        self._open_spans: set[str] = set()
+        self._callback_markers: dict[tuple[int, Event], Marker] = {}
+        self.profiler = profiler
         #: Called with no argument after a handler is added (a loop that skips events while nothing
         #: listens, see :meth:`has_listeners`, learns here that something does).
         self.on_handler_added: Callable[[], None] | None = None
@@ -240,8 +298,9 @@ class Engine:
 
         Calls are exact. Seconds are measured on the first 64 runs of each (event, algorithms) plan,
         then on a random eighth of its runs weighted by 8: an unbiased estimate of the total for an
-        eighth of the clock reads. The time between two ``apply`` calls of one event is charged to
-        the second: the engine's own bookkeeping for an algorithm counts as part of its cost.
+        eighth of the clock reads. They are measured with markers of a
+        :class:`~composer_bridge.core.profiler.CostProfiler` around each ``apply``, where a
+        :attr:`profiler`'s markers are (inside them when both time a run).
         """
         self._fold_calls()
         return self._cost
@@ -250,6 +309,22 @@ class Engine:
     def cost(self, value: dict[str, list[float]]) -> None:
         self._fold_calls()
         self._cost = value
+        self._cost_profiler = CostProfiler(value)
+
+    @property
+    def profiler(self) -> Profiler | None:
+        """The profiler whose markers the engine records (``None``: none). Setting another closes the
+        open event spans on the previous one."""
+        return self._profiler
+
+    @profiler.setter
+    def profiler(self, profiler: Profiler | None) -> None:
+        if profiler is not None and not callable(getattr(profiler, "marker", None)):
+            raise TypeError(f"Engine(profiler={profiler!r}): a profiler has a marker(name) method (see core.profiler).")
+        self._close_spans()
+        self._profiler = profiler
+        self._span_markers.clear()
+        self._callback_markers.clear()
 
     def _fold_calls(self) -> None:
         for plan in self._order_cache.values():
@@ -316,11 +391,22 @@ class Engine:
             event = Event(event)
         state = self.state
         algorithms = state._algorithms  # not the property: this runs a dozen times per step
-        if not (algorithms or state.callbacks or self._handlers or self._user_passes):
+        profiler = self._profiler
+        if profiler is None and not (algorithms or state.callbacks or self._handlers or self._user_passes):
             return {}  # nothing listens (no algorithm, callback, handler or pass): skip the bookkeeping below
+        span = _EVENT_SPANS.get(event) if profiler is not None else None
+        if span is not None and not span[1]:
+            self._close_span(span[0])  # an after-event: its span ends where its own run starts
         traces = self._run_algorithms(event, state, algorithms) if algorithms or self._user_passes else {}
-        for callback in state.callbacks:
-            callback.run_event(event, state, self.logger)
+        if profiler is None:
+            for callback in state.callbacks:
+                callback.run_event(event, state, self.logger)
+        else:
+            for callback in state.callbacks:
+                with self._callback_marker(callback, event):
+                    callback.run_event(event, state, self.logger)
+        if span is not None and span[1]:
+            self._open_span(span[0])  # a before-event: its span starts where its own run ends
         handlers = self._handlers.get(event)
         if handlers:
             for entry in tuple(handlers):  # a copy: a handler may remove itself
@@ -346,28 +432,43 @@ class Engine:
             return {}
         logger = self.logger
         measuring = self.measure_cost
-        lap: Callable[[], None] | None = None  # timing is pluggable: None, or called after each apply
+        # The one timing path: a run is timed (for the cost report, the profiler, or both) with one
+        # marker per algorithm around its apply, or not at all.
+        markers: list[Marker] | None = None
         if measuring:
             # Calls: this run counts once for every algorithm of the plan (fold_calls adds them up when
             # the cost is read; a failing run takes back what did not run). Time: see ``cost``.
-            cost = self._cost
-            cells = plan.cells if plan.cells_of is cost and cost else plan.cost_cells(cost)
+            cost_profiler = self._cost_profiler
+            cost_markers = plan.cost_markers if plan.cells_of is cost_profiler.cost and cost_profiler.cost \
+                else plan.find_cost_markers(cost_profiler)
             plan.runs += 1
             if plan.runs <= _TIMED_IN_FULL:
-                lap = _Stopwatch(cells, 1.0).lap
+                cost_profiler.weight = 1.0
+                markers = cost_markers
             elif self._sample() < _SAMPLED_FRACTION:
-                lap = _Stopwatch(cells, 1.0 / _SAMPLED_FRACTION).lap
+                cost_profiler.weight = 1.0 / _SAMPLED_FRACTION
+                markers = cost_markers
+        profiler = self._profiler
+        if profiler is not None:
+            markers = plan.markers_of(profiler) if markers is None else plan.paired(profiler, markers)
         exit_codes: dict[int, Any] | None = None
         algorithm = None
+        position = 0
         try:
-            for algorithm in plan.algorithms:
-                exit_code = algorithm.apply(event, state, logger)
-                if lap is not None:
-                    lap()
+            for position, algorithm in enumerate(plan.algorithms):
+                if markers is None:
+                    exit_code = algorithm.apply(event, state, logger)
+                else:
+                    marker = markers[position]
+                    marker.start()
+                    exit_code = algorithm.apply(event, state, logger)
+                    marker.finish()
                 if exit_code is not None:
                     exit_codes = _add_exit_code(exit_codes, plan, algorithm, exit_code)
         except Exception as error:
             ran = _position(plan, algorithm)
+            if markers is not None and position == ran:
+                markers[ran].finish()  # the failing apply's span ends with it
             if measuring:
                 for cell in plan.cells[ran:]:  # the failing algorithm and those after it did not complete
                     cell[0] -= 1
@@ -382,6 +483,48 @@ class Engine:
         traces = plan.traces_with(exit_codes)
         logger.log_traces(traces)
         return traces
+
+    def run_marker_only_event(self, event: Event | str) -> None:
+        """Record ``event``'s span marker without running anything (only with a :attr:`profiler`).
+
+        A ``before_*`` event opens its ``event/<canonical name>`` span, an ``after_*`` one closes it
+        (if open): the dataloader's span, opened before a batch is waited for, is closed this way at an
+        epoch's end, where no batch comes and ``AFTER_DATALOADER`` never runs. Other events do nothing.
+        """
+        if type(event) is not Event:
+            event = Event(event)
+        span = _EVENT_SPANS.get(event) if self._profiler is not None else None
+        if span is not None:
+            if span[1]:
+                self._open_span(span[0])
+            else:
+                self._close_span(span[0])
+
+    def _open_span(self, name: str) -> None:
+        if name in self._open_spans:  # opened by a marker-only event: it keeps its start
+            return
+        marker = self._span_markers.get(name)
+        if marker is None:
+            marker = self._span_markers[name] = self._profiler.marker(name)  # type: ignore[union-attr]
+        marker.start()
+        self._open_spans.add(name)
+
+    def _close_span(self, name: str) -> None:
+        if name in self._open_spans:  # an after-event whose before-event opened nothing does nothing
+            self._open_spans.discard(name)
+            self._span_markers[name].finish()
+
+    def _close_spans(self) -> None:
+        for name in list(self._open_spans):
+            self._close_span(name)
+
+    def _callback_marker(self, callback: Any, event: Event) -> Marker:
+        key = (id(callback), event)
+        marker = self._callback_markers.get(key)
+        if marker is None:
+            name = callback_marker_name(type(callback).__name__, event)
+            marker = self._callback_markers[key] = self._profiler.marker(name)  # type: ignore[union-attr]
+        return marker
 
     def has_listeners(self) -> bool:
         """Whether :meth:`run_event` could do anything: an algorithm, engine callback, handler or registered pass.
@@ -401,6 +544,7 @@ class Engine:
             return
         self._closed = True
         self._fold_calls()  # the cost is complete once the engine is closed
+        self._close_spans()  # no span is left open in the profiler
         closed_cleanly = []
         for callback in self.state.callbacks:
             try:

@@ -19,7 +19,11 @@ Rules the table cannot show, kept by the run:
   ``state.stepping_optimizer`` set: once per step in automatic optimization, once per
   ``optimizer.step()`` call in manual optimization, and once per gradient under SAM;
 - ``setup`` fires ``INIT`` once per model, ``on_train_start`` fires ``ITERATION_START`` only on a
-  fresh run (not when resuming).
+  fresh run (not when resuming);
+- a ``[marker]`` row runs no algorithm: with a profiler only (``Trainer(profiler=...)``), its
+  events are marker-only (:meth:`~composer_bridge.Engine.run_marker_only_event`): the end of each
+  training micro-batch opens the ``event/dataloader`` span of the next batch's wait, which the
+  next ``AFTER_DATALOADER`` closes, or the epoch's end (no batch came), or an evaluation's start.
 
 Examples:
     >>> [event.name for event in HOOK_EVENTS["on_train_epoch_end"]]
@@ -54,8 +58,11 @@ HOOK_EVENTS: dict[str, tuple[Event, ...]] = {
     "on_after_backward": (Event.AFTER_BACKWARD,),
     "on_before_optimizer_step": (Event.AFTER_TRAIN_BATCH,),
     "on_train_batch_end": (Event.BATCH_END, Event.BATCH_CHECKPOINT),
+    "on_train_batch_end[marker]": (Event.BEFORE_DATALOADER,),  # every micro-batch: the next batch's wait
+    "on_train_epoch_end[marker]": (Event.AFTER_DATALOADER,),  # no batch came
     "on_train_epoch_end": (Event.EPOCH_END, Event.EPOCH_CHECKPOINT),
     "on_train_end": (Event.ITERATION_END, Event.ITERATION_CHECKPOINT, Event.FIT_END),
+    "on_validation_start[marker]": (Event.AFTER_DATALOADER,),  # the wait ends: evaluation runs
     "on_validation_start": (Event.EVAL_BEFORE_ALL, Event.EVAL_START),
     "on_validation_end": (Event.EVAL_END, Event.EVAL_AFTER_ALL),
     "on_validation_start[standalone]": (Event.EVAL_STANDALONE_START, Event.EVAL_START),

@@ -121,6 +121,11 @@ class LightningPackage:
         return self._import("strategies")
 
     @cached_property
+    def profilers(self) -> ModuleType:
+        """``profilers``: ``PassThroughProfiler``, ``SimpleProfiler``, ``AdvancedProfiler``, ``PyTorchProfiler``."""
+        return self._import("profilers")
+
+    @cached_property
     def loggers(self) -> ModuleType:
         """``loggers``: ``CSVLogger``, ``WandbLogger``, ... (importing them does not import ``wandb``)."""
         return self._import("loggers")

@@ -54,6 +54,7 @@ from composer_bridge.lightning.module import ComposerModuleMixin, attach_run, de
 from composer_bridge.lightning.module_hooks import ModuleHooks
 from composer_bridge.lightning.optimizers import hand_over
 from composer_bridge.lightning.package import package_of
+from composer_bridge.lightning.profiling import markers_for
 from composer_bridge.lightning.run_checkpoint import RunCheckpoint
 from composer_bridge.lightning.run_settings import RunSettings
 from composer_bridge.lightning.setup_checks import check_module, check_one_package, check_trainer
@@ -159,7 +160,10 @@ class BridgeRun:
         self.logger.step = self.current_step()
         if self.engine is None or self.engine.closed:
             self.engine = self._new_engine(state)
+        # the Trainer's profiler gets the engine's markers (none under the default PassThroughProfiler)
+        self.engine.profiler = markers_for(trainer)
         self.steps.connect(state, self.engine.fire)
+        self.steps.marker_only = self.engine.run_marker_only_event if self.engine.profiler is not None else None
         give_declared_keys(state.algorithms, pl_module)
         check_module(state.algorithms, pl_module, isinstance(pl_module, ComposerModuleMixin))
         if stage == "fit":  # TrainerFn.FITTING of either package
@@ -282,6 +286,8 @@ class BridgeRun:
     # ------------------------------------------------------------------------------------------
     def eval_start(self, trainer: L.Trainer, hook: str) -> None:
         state = self.steps.live_state()
+        if self.steps.marker_only is not None:
+            self.steps.mark_hook("on_validation_start[marker]")
         self.refresh_listening()
         self.clock.start_eval()
         state.sanity_checking = bool(trainer.sanity_checking)

@@ -71,6 +71,8 @@ class ModuleSteps:
         self.listening = False
         self._fire_event: Callable[[Event], Any] = _not_set_up
         self._before_load = before_load
+        #: the engine's ``run_marker_only_event`` while it has a profiler (``None``: no profiler, nothing to mark)
+        self.marker_only: Callable[[Event], None] | None = None
 
     def connect(self, state: State, fire: Callable[[Event], Any] | None = None) -> None:
         """Serve ``state``; fire events through ``fire`` (an engine's ``fire``; ``None`` keeps the current one)."""
@@ -96,6 +98,13 @@ class ModuleSteps:
         fire = self._fire_event
         for event in HOOK_EVENTS[hook]:
             fire(event)
+
+    def mark_hook(self, hook: str) -> None:
+        """Record the marker-only events of ``hook``'s ``[marker]`` row (callers check :attr:`marker_only` first)."""
+        mark = self.marker_only
+        if mark is not None:
+            for event in HOOK_EVENTS[hook]:
+                mark(event)
 
     def train_step(self, module: Any, batch: Any) -> tuple[Any, Any, torch.Tensor]:
         """Forward and loss of one training micro-batch with their events; returns ``(batch, outputs, loss)``.

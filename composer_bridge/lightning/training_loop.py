@@ -125,6 +125,8 @@ class TrainingLoop:
         if state is None:
             state = steps.live_state()  # raises: a hook before setup
         self.resume_position.disarm()  # only a fit's first batch is compared (a bridge idle then has no check)
+        if steps.marker_only is not None and steps.listening:  # a profiler: the next batch's wait begins
+            steps.mark_hook("on_train_batch_end[marker]")
         # The data hook counted the micro-batch's samples as loaded; without it (an idle bridge), counted here.
         samples = (_batch_size(batch) or 0) if clock.loaded_samples is None else 0
         if not clock.end_micro_batch(state, samples, self._global_step()):
@@ -141,6 +143,8 @@ class TrainingLoop:
         state = self.steps.live_state()
         state.timestamp = state.timestamp.to_next_epoch()
         self.steps.clock.reset_step()
+        if self.steps.marker_only is not None:
+            self.steps.mark_hook("on_train_epoch_end[marker]")
         self.steps.fire_hook("on_train_epoch_end")
         self._honour_stop(trainer)
 
