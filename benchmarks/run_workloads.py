@@ -165,19 +165,30 @@ def run(plans: list[WorkloadPlan], store: Store, pool: Any, progress: bool = Tru
         bar.close()
 
 
+#: the settings of each search method: its run lengths (fractions of B), its budget (runs) and whether it has a proxy
+METHODS: dict[str, dict[str, Any]] = {
+    "prescribe": {"search_method": "prescribe", "search_lengths": (0.5, 0.75, 1.0, 4 / 3), "search_budget_runs": 3.0},
+    # the greedy search as published before (its records carry the method name "halving")
+    "halving": {"search_method": "halving", "search_lengths": (0.25, 0.5, 1.0), "search_budget_runs": 30.0},
+}
+
+
 def settings_from(args: argparse.Namespace) -> Settings:
+    method = getattr(args, "search_method", "prescribe")
+    proxy = args.proxy_fraction if method == "halving" else None
     if args.dry_run:
+        lengths = (0.5, 1.0, 4 / 3) if method == "prescribe" else (1.0, 2.0, 4.0)
         return Settings(tuning_seeds=(0,), target_seeds=(10, 11, 12), heldout_seeds=(1000, 1001), budget_scale=0.0,
                         evals_per_budget=2, lr_grid_size=2, configs=tuple(args.configs) if args.configs else None,
-                        search=not args.no_search, search_lengths=(0.5, 1.0, 4 / 3),
+                        search=not args.no_search, search_lengths=lengths, search_method=method, proxy_fraction=proxy,
                         search_kwargs={"candidates": [Candidate("GradientClipping", {"clipping_type": "norm",
                                                                                  "clipping_threshold": 1.0})],
                                        "starting_recipes": {},
                                        "max_fits": 12})
     return Settings(configs=tuple(args.configs) if args.configs else None, search=not args.no_search,
-                    search_workloads=tuple(args.search_on) if args.search_on else None,
-                    proxy_fraction=args.proxy_fraction,
-                    heldout_seeds=tuple(range(1000, 1000 + args.heldout_seeds)))
+                    search_workloads=tuple(args.search_on) if args.search_on else None, proxy_fraction=proxy,
+                    heldout_seeds=tuple(range(1000, 1000 + getattr(args, "heldout_seeds", 5))),
+                    **{k: v for k, v in METHODS[method].items()})
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -188,6 +199,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         help="only these configurations (baseline, an algorithm's name, recipe:mild, search)")
     parser.add_argument("--no-search", action="store_true", help="leave the recipe search out")
     parser.add_argument("--search-on", nargs="+", default=None, metavar="NAME", help="the search on these workloads only")
+    parser.add_argument("--search-method", choices=sorted(METHODS), default="prescribe",
+                        help="the search's method: prescribe (the default) or halving (the greedy search of before)")
     parser.add_argument("--proxy-fraction", type=float, default=0.25,
                         help="the proxy search's share of every run length (the published results: 0.25)")
     parser.add_argument("--executor", choices=("ray", "local"), default="ray")

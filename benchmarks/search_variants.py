@@ -47,7 +47,8 @@ def replay(out: Path, variant: str, workloads: list[str] | None, proxy: bool, dr
     from workloads.plan import SearchSpec
 
     settings = run_workloads.settings_from(argparse.Namespace(dry_run=dry_run, configs=None, no_search=False,
-                                                              search_on=None, proxy_fraction=None))
+                                                              search_on=None, proxy_fraction=0.25,
+                                                              search_method="halving"))
     base, method = settings.search_kwargs, settings.search_method
     rows = []
     for line in (out / "fits.jsonl").read_text().splitlines():

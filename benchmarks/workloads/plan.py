@@ -210,7 +210,7 @@ class WorkloadPlan:
 
     def search_specs(self, lr: float, store: Store) -> list[SearchSpec]:
         """The full-size search, and the proxy search when ``proxy_fraction`` is set."""
-        proxies = (False, True) if self.settings.proxy_fraction else (False,)
+        proxies = (False, True) if self.settings.proxy_fraction and self.settings.search_method != "prescribe" else (False,)
         return [self.search_spec(lr, store, proxy) for proxy in proxies]
 
     @property

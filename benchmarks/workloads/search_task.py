@@ -53,7 +53,7 @@ def run_search(spec: SearchSpec, folder: Path) -> dict[str, Any]:
     if state != previous and not state.exists() and previous.exists():
         # the previous revision's fits, trained by the same code, are read instead of trained again
         shutil.copytree(previous, state)
-    extra: dict[str, Any] = {}
+    extra: dict[str, Any] = {"method": "greedy"}  # the revisions before "prescribe" are the greedy search's
     if spec.method == "prescribe":
         extra = {"method": "prescribe", "target": spec.target}
     try:

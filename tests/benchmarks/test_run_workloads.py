@@ -48,23 +48,33 @@ def test_the_dry_run_fixes_targets_before_the_methods_and_scores_them_on_seeds_n
         for config, row in entry["configs"].items():
             assert set(row["seeds"]) == {str(s) for s in entry["heldout_seeds"]}, config
             for seed, got in row["seeds"].items():
+                # every configuration trains the held-out length but the search's pick, which trains its
+                # prescription's length (what it hands over)
+                steps = entry["search"]["steps"] if config == "search" else entry["run_steps"]
+                assert row["steps"] == steps
                 key = FitSpec(name, config, tuple((a, k) for a, k in row["algorithms"]), int(seed), entry["lr"],
-                              entry["run_steps"], entry["eval_every"]).key
+                              steps, entry["eval_every"]).key
                 fit = next(f for f in fits if f["key"] == key)  # a search that picks nothing shares the baseline's fits
-                assert fit["total_steps"] == entry["run_steps"] > entry["budget_steps"]
+                assert fit["total_steps"] == steps and (config == "search" or steps > entry["budget_steps"])
                 first = next((p for p in fit["points"] if (p["quality"] >= entry["target"] if mode == "max"
                                                            else p["quality"] <= entry["target"])), None)
                 expected = (None, None) if first is None or first["cpu_s"] > entry["cap_seconds"] else (
                     first["step"], first["cpu_s"])
                 assert (got["steps"], got["seconds"]) == expected
-        for key in ("search", "search_proxy"):  # the search at full size and on its proxy: never a held-out seed
-            search = entry[key]
-            used = search["search_seeds"] + search["finalist_seeds"] + search["confirm_seeds"]
-            assert set(used).isdisjoint(entry["heldout_seeds"]) and len(set(used)) == len(used)
-            assert set(search["search_seeds"] + search["finalist_seeds"]) <= set(entry["target_seeds"])
-            assert key.replace("_", ":") in entry["configs"] or search["error"]
-            if not search["error"] and key == "search_proxy":
-                assert search["proxy"]["run_lengths"] == sorted({max(1, round(n / 4)) for n in search["run_lengths"]})
+        search = entry["search"]  # the prescription search: never a held-out seed
+        used = search["search_seeds"] + search["finalist_seeds"] + search["confirm_seeds"]
+        assert set(used).isdisjoint(entry["heldout_seeds"]) and len(set(used)) == len(used)
+        assert set(search["search_seeds"] + search["finalist_seeds"]) <= set(entry["target_seeds"])
+        assert "search" in entry["configs"] or search["error"]
+        if not search["error"]:
+            # it aims at the workload's target, and hands over a run of one of its lengths
+            assert search["prescription"]["target"] == entry["target"]
+            assert search["steps"] in search["run_lengths"] and max(search["run_lengths"]) == entry["run_steps"]
+            # its baseline run is the user's: the reference fit, read, not trained by the search
+            reference = [f for f in fits if f["workload"] == name and f.get("phase") == "reference"]
+            assert [(f["seed"], f["total_steps"]) for f in reference] == [(entry["target_seeds"][0], entry["run_steps"])]
+            assert search["decisions"][0].startswith(f"baseline @ {entry['run_steps']} steps on seed "
+                                                     f"{entry['target_seeds'][0]} (your run, given)")
     assert {"baseline", "LabelSmoothing"} <= set(saved["scores"]) and all(0 <= v <= 1 for v in saved["scores"].values())
     assert results["scores"] == saved["scores"]
 

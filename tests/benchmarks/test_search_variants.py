@@ -13,7 +13,7 @@ variants = load_script("benchmarks/search_variants.py", "search_variants_under_t
 def test_a_variant_replays_each_search_from_a_copy_of_its_fits_and_records_what_it_cost(tmp_path) -> None:
     out = tmp_path / "w"
     bench.main(["--dry-run", "--executor", "local", "--no-progress", "--out", str(out), "--workloads", "ctr",
-                "--configs", "baseline", "search"])
+                "--configs", "baseline", "search", "--search-method", "halving"])
     original = next(json.loads(line) for line in (out / "fits.jsonl").read_text().splitlines()
                     if '"kind": "search"' in line and '"proxy": null' in line)
     held = json.loads((out / "search_ctr_screen_halving" / "search.json").read_text())["fits"]
