@@ -12,9 +12,11 @@ soonest, at its length, so the user trains exactly the run that was measured.
 2. **Successive halving at equal training time, on runs that continue.** Trials start two at a time. Each is
    raced against what is known when it starts: it stops once it reaches ``Q`` (its time is known), once it has
    trained the best time so far (less ``min_gain``) without reaching ``Q`` (it cannot win), or at a *rung*
-   (``T/9`` and ``T/3`` of training) if its quality there is below the bar: the best third of the qualities the
-   runs before it had at that rung, the baseline's included, less the baseline curve's validation noise. A run
-   that clears a rung simply trains on: nothing is retrained. (This is the promotion rule of asynchronous
+   (``T/9`` and ``T/3`` of training) if its quality there is below the bar: the worst of the best third of the
+   qualities the runs before it had at that rung, the baseline's included. A run that clears a rung simply
+   trains on: nothing is retrained. With a budget, a trial also stops at its share of what is left (the
+   finalist's run kept aside), so the budget holds; exploring stops once a share could not reach the first
+   rung. (This is the promotion rule of asynchronous
    successive halving, ASHA, read at equal training time rather than at equal steps, since methods differ in
    their cost per step.)
 3. **Three rounds.** (a) every candidate and starting recipe at ``B``, and the baseline at every shorter length
@@ -191,16 +193,18 @@ class PrescriptionSearch:
     def _trial(self, config: Config, steps: int, seed: int, record: FitRecord, phase: str = "search") -> Trial:
         return Trial(config, steps, seed, record, phase, self.Q, self.higher)
 
-    def _rule(self) -> CurveRule:
-        """The rule a trial started now runs under: the target, the time it must beat, the rungs' bars."""
+    def _rule(self, share: float | None = None) -> CurveRule:
+        """The rule a trial started now runs under: the target, the time it must beat (or its ``share`` of the
+        budget left, if less), the rungs' bars."""
         best = self.best_time()
         limit = best / (1 + self.settings.min_gain) if best is not None else self.baseline_seconds
+        if share is not None:
+            limit = min(limit, share)
         gates = []
         for i, at in enumerate(self.rungs):
             values = sorted(self.rung_values.get(i, []), reverse=self.higher)
             if values:
-                bar = values[math.ceil(len(values) / ETA) - 1]
-                gates.append((round(at, 6), round(bar - self.noise if self.higher else bar + self.noise, 6)))
+                gates.append((round(at, 6), round(values[math.ceil(len(values) / ETA) - 1], 6)))
         return CurveRule(self.eval_every, self.Q, self.higher, round(limit, 6), tuple(gates))
 
     def best_trial(self) -> Trial:
@@ -226,9 +230,8 @@ class PrescriptionSearch:
         done = {(t.config, t.steps) for t in self.trials}
         wanted = [w for w in wanted if w not in done]
         for start in range(0, len(wanted), WAVE):
-            self._check_budget(what)
             chunk = wanted[start:start + WAVE]
-            rule = self._rule()
+            rule = self._rule(self._share(what, len(chunk)))
             records = self.book.run([(config, seed, steps, rule) for config, steps in chunk], "search")
             before = self.best_time()
             for (config, steps), record in zip(chunk, records, strict=True):
@@ -251,21 +254,23 @@ class PrescriptionSearch:
             how = trial.record.stopped or "trained to its end without reaching the target"
         self.steps.append(f"{trial.name}: {how}")
 
-    def _check_budget(self, what: str) -> None:
-        """Stop exploring when the next wave could leave no room for the finalist run (its best time so far)."""
+    def _share(self, what: str, runs: int) -> float | None:
+        """Each of the next ``runs`` trials' share of the budget left (``None``: no time budget), the finalist's run
+        (the best time so far) kept aside; stops exploring when a share could not reach the first rung."""
         s = self.settings
+        if s.max_fits is not None and len(self.book.search_fits) + runs + 1 > s.max_fits:
+            raise BudgetExhausted(f"{s.max_fits} fits, before {what}")
         limits = [x for x in (s.max_train_seconds, None if s.max_baseline_runs is None else
                               s.max_baseline_runs * self.baseline_seconds) if x is not None]
-        if s.max_fits is not None and len(self.book.search_fits) + WAVE + 1 > s.max_fits:
-            raise BudgetExhausted(f"{s.max_fits} fits, before {what}")
         if not limits:
-            return
+            return None
         reserve = (self.best_time() or 0.0) if s.finalist_seeds or len(s.search_seeds) > 1 else 0.0
-        wave = (self.best_time() or self.baseline_seconds) * RUNGS[0] * WAVE  # the least a wave costs
-        if self.book.spent() + reserve + wave > min(limits):
+        share = (min(limits) - reserve - self.book.spent()) / runs
+        if share <= self.rungs[0]:
             what_budget = (f"{s.max_baseline_runs:g} baseline runs" if s.max_baseline_runs is not None else
                            f"{min(limits):g} {s.unit}")
             raise BudgetExhausted(f"{what_budget}, before {what}")
+        return share
 
     # --- the method ----------------------------------------------------------------------------------
 

@@ -88,11 +88,17 @@ def test_runs_that_cannot_win_stop_and_the_cost_counts_every_run_trained() -> No
 
 
 def test_the_budget_leaves_room_for_the_finalist_and_stops_exploring() -> None:
-    model = Model({f"c{i}": Truth(speed=1.0 + 0.01 * i) for i in range(12)})
-    search, _, executor = _search(model, [f"c{i}" for i in range(12)], max_baseline_runs=2.0)
+    # fast starters that plateau below the target: they clear every rung and would train to the time they must beat
+    model = Model({f"c{i}": Truth(speed=1.3 + 0.01 * i, plateau=-0.08) for i in range(12)})
+    search, _, executor = _search(model, [f"c{i}" for i in range(12)], max_baseline_runs=3.5)
     assert any("budget spent" in s for s in search.steps)
-    # the finalist may overrun the reserve kept for it by at most its own run
-    assert search.book.spent() <= 2.0 * search.baseline_seconds + search.T
+    # every trial stops at its share of the budget: what explored fits in it with the finalist's reserve kept aside,
+    # and only the finalist's run may overrun that reserve
+    finalist = search.finalist.record.seconds if search.finalist is not None else 0.0
+    explored = search.book.spent() - finalist
+    assert explored <= 3.5 * search.baseline_seconds - search.best_time() + 1e-9
+    assert sum(1 for r in search.book.search_fits if r.config) >= 2  # it did explore
+    assert all(r.seconds <= search.T / 1.02 + 1e-9 for r in search.book.search_fits if r.config)
 
 
 def test_a_given_baseline_run_is_read_not_trained_and_is_no_part_of_the_cost() -> None:
