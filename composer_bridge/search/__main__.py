@@ -20,8 +20,10 @@ module's class (or function) when it takes that argument and ``seed`` to the dat
       confirm_seeds: [1000, 1001, 1002]
       also_confirm: {published mild: mild}        # recipes of composer_bridge.recipes, by name
       starting_recipes: {mine: [BlurPool, LabelSmoothing]}  # optional: absent = the published ones that apply
+      target: 0.9                                 # optional: the quality you need (default: your baseline run's best)
       confidence: 0.8                             # optional: how sure a change must be to be taken
       proxy: {fraction: 0.25}                     # optional: search on runs a quarter as long, confirm at full size
+                                                  # (the greedy search's: with it, method is greedy)
       screen: 0.3333                              # optional: the share of a step kept at each run length but the longest (null: all)
       shortlist: false                            # optional: later steps try only what the first look kept (cheaper, loses pairs)
     trainer: {accelerator: cpu, devices: 1}       # your Trainer arguments
@@ -206,6 +208,7 @@ def main(argv: list[str] | None = None) -> SearchResult:
         progress=not args.no_progress and settings.pop("progress", True), **settings)
     result.write(out, wandb=config.get("wandb", "auto"))
     print(result.summary())
+    print(f"\n{result.python_code()}")  # the run to start: its algorithms, max_steps and the schedule's length
     return result
 
 

@@ -71,7 +71,7 @@ def search_recipe(
     screen: float | None = 1 / 3,
     first_look: float | None = None,
     shortlist: bool = False,
-    method: str = "prescribe",
+    method: str | None = None,
     target: float | None = None,
     eval_every: int | None = None,
     baseline_run: Sequence[Sequence[float]] | None = None,
@@ -139,11 +139,12 @@ def search_recipe(
             shortest run; ``None`` (default): the first look reads the shortest run itself.
         shortlist: with ``screen``, the steps after the first try only the candidates the first step's first
             look kept (``False``, the default: every step tries every candidate not yet taken).
-        method: ``"prescribe"`` (the default): runs validated as they train, at each of ``run_lengths``, raced by
+        method: ``"prescribe"`` (the default, ``None``, unless ``proxy`` is given): runs validated as they train, at each of ``run_lengths``, raced by
             successive halving at equal training time; the answer is a run to start, ``result.prescription``
             (algorithms and length), measured as handed over (:mod:`composer_bridge.search.prescribe`).
             ``"greedy"``: the earlier method (curves across run lengths, greedy forward selection over the search
-            seeds; :mod:`composer_bridge.search.greedy`), whose prescription is its recipe at the longest length.
+            seeds; :mod:`composer_bridge.search.greedy`), whose prescription is its recipe at the longest length;
+            ``None`` with a ``proxy`` (a config written for the greedy search keeps running as it did).
             Without a budget, ``"prescribe"`` spends at most 3 baseline runs.
         target: the quality to reach (``monitor`` in ``mode``'s direction); ``None``: the baseline run's best.
         eval_every: optimizer steps between validations of a run (``"prescribe"``; default a sixteenth of the
@@ -174,11 +175,11 @@ def _search(make_module: Callable[..., Any], make_data: Callable[[int], Any], *,
             starting_recipes: Mapping[str, Sequence[Candidate | str]] | None, confidence: float,
             proxy: Proxy | None, finalist_seeds: Sequence[int] | None,
             max_baseline_runs: float | None, screen: float | None, first_look: float | None,
-            shortlist: bool, method: str, target: float | None, eval_every: int | None,
+            shortlist: bool, method: str | None, target: float | None, eval_every: int | None,
             baseline_run: Sequence[Sequence[float]] | None) -> SearchResult:
     started = (time.perf_counter(), time.process_time())  # the probe and the checks are overhead too
     higher = checks.check_mode(mode)
-    method = checks.check_method(method)
+    method = checks.check_method(("greedy" if proxy is not None else "prescribe") if method is None else method)
     lengths = checks.check_run_lengths(run_lengths)
     search_seeds, confirm_seeds = checks.check_seeds(search_seeds, confirm_seeds, allow_no_confirm=method == "prescribe")
     target = checks.check_target(target)

@@ -58,7 +58,7 @@ def test_a_finished_search_re_reports_from_its_state_without_training(searched) 
     ({"target": "high"}, "target='high'"),
     ({"eval_every": 0}, "eval_every=0"),
     ({"baseline_run": [(2, 0.1, 0.5), (4, 0.2, 0.6)]}, "must rise and end at the longest run length 16"),
-    ({"proxy": Proxy(run_lengths=[2, 4])}, "method='greedy'"),
+    ({"proxy": Proxy(run_lengths=[2, 4]), "method": "prescribe"}, "method=.greedy."),
 ])
 def test_bad_input_is_refused_before_any_training(overrides, match) -> None:
     with pytest.raises(SearchInputError, match=match):
