@@ -169,7 +169,8 @@ def test_time_to_accuracy_benchmark_produces_its_table() -> None:
     assert len(result["recipes"]["mild"]) == 1
 
 
-@pytest.mark.parametrize("script", ["demo.py", "vision.py", "language.py", "own_module.py", "cli.py", "search.py"])
+@pytest.mark.parametrize("script", ["demo.py", "vision.py", "language.py", "own_module.py", "cli.py", "search.py",
+                                    "profile_recipe.py"])
 def test_every_example_explains_itself(script: str) -> None:
     source = (EXAMPLES / script).read_text()
     assert source.startswith('"""') and "python examples/" in source
