@@ -33,6 +33,9 @@ of issue 17 are checked at the end, on both summaries, with engine dispatch agai
 Ignite's measured in the same run (``benchmarks/engine_dispatch.py``; needs ``pytorch-ignite``,
 the ``bench`` extra).
 
+``--profiler simple`` (or ``advanced``, ``pytorch``) gives every Trainer that profiler, so every
+configuration pays it and the bridge's markers show what it adds on top.
+
 ``--package pytorch_lightning`` runs everything on ``import pytorch_lightning as pl`` (``pl.Trainer``,
 ``pl.LightningModule``, ``pl.Callback``) instead of ``lightning``.
 
@@ -86,6 +89,8 @@ STEP_EVENTS = frozenset({
     Event.AFTER_BACKWARD, Event.AFTER_TRAIN_BATCH, Event.BATCH_END, Event.BATCH_CHECKPOINT,
 })
 N = 16
+#: the Trainers' ``profiler=`` (``None``: Lightning's default, PassThroughProfiler); set by ``--profiler``
+PROFILER: str | None = None
 
 
 class Tiny(L.LightningModule):
@@ -170,7 +175,7 @@ def time_fit(callbacks: list[L.Callback], steps: int) -> Run:
 
     trainer = L.Trainer(
         accelerator="cpu", max_steps=steps, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, callbacks=[Clock(), *callbacks],
+        enable_model_summary=False, callbacks=[Clock(), *callbacks], profiler=PROFILER,
     )
     trainer.fit(Tiny(), loader(steps))
     return Run([(b - a) * 1e-9 for a, b in itertools.pairwise(cpu)], (wall[1] - wall[0]) / (steps - 1))
@@ -298,8 +303,12 @@ def main() -> None:
     parser.add_argument("--ab-repeats", type=int, default=3, help="in-run A/B fits per guest")
     parser.add_argument("--ab-only", action="store_true", help="only the in-run A/B of the empty bridge (with "
                         "PYTHONPATH=<other checkout>: compare versions)")
+    parser.add_argument("--profiler", choices=("simple", "advanced", "pytorch"),
+                        help="every Trainer's profiler (default: none, Lightning's PassThroughProfiler)")
     parser.add_argument("--quick", action="store_true", help="smoke run: 300 steps x 3 rounds, one 2000-step A/B")
     args = parser.parse_args()
+    global PROFILER
+    PROFILER = args.profiler
     if args.quick:
         args.steps, args.repeats, args.ab_steps, args.ab_repeats = 300, 3, 2000, 1
     torch.set_num_threads(1)
