@@ -9,24 +9,24 @@ soonest, at its length, so the user trains exactly the run that was measured.
    search seed, validated every ``eval_every`` steps, or the user's own such run (``baseline_run``: read, not
    trained). The target ``Q`` is ``target`` if given, else that run's best validation; ``T`` is its time to
    ``Q``. One such run is the cost's unit.
-2. **Successive halving at equal training time, on runs that continue.** Trials start two at a time. Each is
-   raced against what is known when it starts: it stops once it reaches ``Q`` (its time is known), once it has
-   trained the best time so far (less ``min_gain``) without reaching ``Q`` (it cannot win), or at a *rung*
-   (``T/9`` and ``T/3`` of training) if its quality there is below the bar: the worst of the best third of the
-   qualities the runs before it had at that rung, the baseline's included. A run that clears a rung simply
-   trains on: nothing is retrained. With a budget, a trial also stops at its share of what is left (the
-   finalist's run kept aside), so the budget holds; exploring stops once a share could not reach the first
-   rung. (This is the promotion rule of asynchronous
-   successive halving, ASHA, read at equal training time rather than at equal steps, since methods differ in
-   their cost per step.)
-3. **Three rounds.** (a) every candidate and starting recipe at ``B``, and the baseline at every shorter length
-   (is the gain the shorter schedule itself?); (b) the best configuration with each of the next two that
-   cleared the last rung; (c) the best configuration at the other lengths.
-4. **The finalist seed.** The best trial's run again on a seed no decision used: its time there, against
-   ``T``, is the estimate (free of the winner's luck), with an interval from the noise of the time to the target
-   (the two seeds of the pick, and the validation noise of the baseline's and the pick's curves against their
-   slopes where they cross ``Q``). It is prescribed only if it is sure enough (``confidence``) to beat the
-   baseline; otherwise the prescription is the baseline at ``B``.
+2. **Successive halving at equal training time, on runs that go on.** Every starting recipe and candidate runs
+   at ``B``, two at a time, for at most ``T/3`` of training (the last rung). Each is raced against what is known
+   when it starts: it stops once it reaches ``Q`` (its time is known), once it has trained the best time so far
+   (less ``min_gain``) without reaching ``Q`` (it cannot win), at its share of the budget left (the finalist's run
+   kept aside), or at the first rung (``T/12``) if its quality there is below the bar: the worst of the best
+   quarter of the qualities the runs before it had there, the baseline's included (ASHA's promotion rule, read
+   at equal training time rather than at equal steps, since methods differ in their cost per step). A run that
+   clears the rung trains on: nothing is retrained. Qualities at a rung are read between a run's validations at
+   the rung's time exactly.
+3. **The pick.** The run that reached ``Q`` soonest, if one beat the baseline's time; else the one with the best
+   quality at the last rung, if it is ahead of the baseline's quality there by more than the baseline curve's
+   validation noise. If none is, the baseline at each shorter length: is the gain the shorter schedule itself?
+4. **The finalist seed.** The pick's run again on a seed no decision used, to the target (at most twice ``T`` or
+   the budget left), and, with budget left, at the next shorter length on the same seed (kept if it reaches the
+   target sooner there). Its time, against ``T``, is the estimate (free of the winner's luck), with an interval
+   from the noise of the time to the target (the two seeds of the pick, and the validation noise of the
+   baseline's and the pick's curves against their slopes where they cross ``Q``). It is prescribed only if it is
+   sure enough (``confidence``) to beat the baseline; otherwise the prescription is the baseline at ``B``.
 5. **Confirmation (optional).** The prescription and the baseline at ``B`` on ``confirm_seeds``, reported on
    its own: it is not part of the search's cost.
 
@@ -57,12 +57,10 @@ from composer_bridge.search.trial import FitRecord
 __all__ = ["RUNGS", "PrescriptionSearch", "RunBook", "Trial", "prescribe", "validation_noise"]
 
 #: the rungs, as fractions of the baseline's time to the target, and the share of runs kept at each (ASHA's eta)
-RUNGS = (1 / 9, 1 / 3)
-ETA = 3
+RUNGS = (1 / 12, 1 / 3)
+ETA = 4
 #: trials started together with the same bars (so a search on two workers takes the path of one in a process)
 WAVE = 2
-#: the pairs the second round tries beside the best configuration
-PAIRS = 2
 
 
 def validation_noise(points: Sequence[CurvePoint]) -> float:
@@ -207,6 +205,23 @@ class PrescriptionSearch:
                 gates.append((round(at, 6), round(values[math.ceil(len(values) / ETA) - 1], 6)))
         return CurveRule(self.eval_every, self.Q, self.higher, round(limit, 6), tuple(gates))
 
+    def _pick(self) -> Trial:
+        """The run the finalist seed measures: the one that reached the target soonest, if any beat the baseline's
+        time; else the one with the best quality at the last rung, if it is ahead of the baseline's quality there
+        by more than the validation noise; else the baseline."""
+        best = self.best_trial()
+        if best.config or best.steps != self.B:
+            return best
+        last = len(self.rungs) - 1
+        ranked = sorted(self.cleared, key=lambda c: self.cleared[c], reverse=self.higher)
+        base = self.rung_values[last][0]
+        for config, steps in ranked:
+            lead = (self.cleared[(config, steps)] - base) * (1 if self.higher else -1)
+            if lead > self.noise:
+                return next(t for t in self.trials if t.config == config and t.steps == steps)
+            break
+        return best
+
     def best_trial(self) -> Trial:
         reached = [t for t in self.trials if t.time is not None]
         if not reached:
@@ -217,21 +232,26 @@ class PrescriptionSearch:
         return self.best_trial().time
 
     def _record_rungs(self, trial: Trial) -> None:
+        """A run's quality at each rung it trained past, read between its validations at the rung's time exactly
+        (as the baseline's is), so runs validated at other moments compare fairly."""
+        curve = [(t, q) for _, t, q in trial.points]
         for i, at in enumerate(self.rungs):
-            later = [p for p in trial.points if p[1] >= at]
-            if later:
-                self.rung_values.setdefault(i, []).append(later[0][2])
+            if curve and curve[-1][0] >= at:
+                value = quality_at(curve, at)
+                self.rung_values.setdefault(i, []).append(value)
                 if i == len(self.rungs) - 1 and trial.config:
-                    self.cleared[(trial.config, trial.steps)] = later[0][2]
+                    self.cleared[(trial.config, trial.steps)] = value
 
-    def _wave(self, wanted: Sequence[tuple[Config, int]], what: str) -> None:
-        """Run ``wanted`` (configuration, length) on the first search seed, :data:`WAVE` at a time."""
+    def _wave(self, wanted: Sequence[tuple[Config, int]], what: str, cap: float | None = None) -> None:
+        """Run ``wanted`` (configuration, length) on the first search seed, :data:`WAVE` at a time, each for at
+        most ``cap`` of training."""
         seed = self.settings.search_seeds[0]
         done = {(t.config, t.steps) for t in self.trials}
         wanted = [w for w in wanted if w not in done]
         for start in range(0, len(wanted), WAVE):
             chunk = wanted[start:start + WAVE]
-            rule = self._rule(self._share(what, len(chunk)))
+            share = self._share(what, len(chunk))
+            rule = self._rule(share if cap is None else min(cap, share if share is not None else cap))
             records = self.book.run([(config, seed, steps, rule) for config, steps in chunk], "search")
             before = self.best_time()
             for (config, steps), record in zip(chunk, records, strict=True):
@@ -302,54 +322,46 @@ class PrescriptionSearch:
             f"does not reach the target {self.Q:.4g} in {self.baseline_seconds:.3g} {s.unit} (speed-ups are lower bounds)")
             + f"; validation noise {self.noise:.3g}")
         try:
+            # every candidate and published recipe to the last rung at most: the ranking there picks the one the
+            # finalist seed measures to the target (a run that reaches it sooner is ranked by its time)
             starts = [(labels, self.B) for labels in s.starting_recipes.values()]
             singles = [((label,), self.B) for label in s.search_pool]
-            self._wave([*starts, *singles], "the first round")
-            best = self.best_trial()
-            if best.config:
-                others = sorted((c for c in self.cleared if c[0] != best.config),
-                                key=lambda c: self.cleared[c], reverse=self.higher)
-                pairs = []
-                for config, _ in others:
-                    pair = s.config(set(best.config) | set(config))
-                    if len(pair) > len(best.config) and self._compatible(pair) and (pair, best.steps) not in pairs:
-                        pairs.append((pair, best.steps))
-                    if len(pairs) == PAIRS:
-                        break
-                self._wave(pairs, "the pairs")
-            best = self.best_trial()
-            # a longer schedule keeps a higher rate for longer: it reaches a target no sooner, so only shorter ones
-            self._wave([(best.config, steps) for steps in sorted(s.run_lengths, reverse=True) if steps < best.steps],
-                       "the shorter lengths")
+            self._wave([*starts, *singles], "the first round", cap=self.rungs[-1])
+            if not self._pick().config:
+                # nothing ahead of the baseline: is the gain the shorter schedule itself?
+                self._wave([((), steps) for steps in sorted(s.run_lengths, reverse=True) if steps < self.B],
+                           "the shorter lengths")
         except BudgetExhausted as stop:
             self.steps.append(f"budget spent ({stop}): the search stops exploring")
         return self._finalise()
 
-    def _compatible(self, config: Config) -> bool:
-        classes = [self.settings.candidate(label).algorithm_class() for label in config]
-        names = [c.__name__ for c in classes]
-        return all(not cls.unique or names.count(cls.__name__) == 1 for cls in classes)
-
     def _finalise(self) -> Prescription:
-        s, best = self.settings, self.best_trial()
+        s, best = self.settings, self._pick()
         finalists = list(s.finalist_seeds) or list(s.search_seeds[1:2])
         baseline = self._prescription((), self.B, 1.0, None, None, "the baseline run itself")
         if not best.config and best.steps == self.B:
             self.steps.append("nothing reached the target sooner than the baseline: prescribe the baseline")
             return baseline
+        if (not finalists or self.T is None) and not best.time:
+            self.steps.append(f"no finalist seed to measure {best.name} to the target: prescribe the baseline")
+            return baseline
         if not finalists or self.T is None:
-            speed = (self.T or self.baseline_seconds) / best.time if best.time else 1.0
+            speed = (self.T or self.baseline_seconds) / best.time
             self.steps.append(f"no finalist seed: {best.name} prescribed on one seed's measurement ({speed:.2f}x)")
             return self._prescription(best.config, best.steps, speed, None, None, "one search seed, chosen on it")
-        rule = CurveRule(self.eval_every, self.Q, self.higher, round(2 * self.T, 6))
+        limits = [x for x in (s.max_train_seconds, None if s.max_baseline_runs is None else
+                              s.max_baseline_runs * self.baseline_seconds) if x is not None]
+        left = min(limits) - self.book.spent() if limits else math.inf
+        rule = CurveRule(self.eval_every, self.Q, self.higher, round(min(2 * self.T, left), 6))
         (record,) = self.book.run([(best.config, finalists[0], best.steps, rule)], "search")
         self.finalist = self._trial(best.config, best.steps, finalists[0], record)
         self.confirmed_trials.append(self.finalist)  # reported beside the others; never a candidate for the best
         if self.finalist.time is None:
             self.steps.append(f"{best.name} on the finalist seed {finalists[0]}: not reached within twice the "
-                              "baseline's time: prescribe the baseline")
+                              "baseline's time (or the budget left): prescribe the baseline")
             return baseline
-        raw, fresh = self.T / best.time, self.T / self.finalist.time
+        self._shorter_on_finalist_seed(finalists[0])
+        raw, fresh = (self.T / best.time if best.time else math.nan), self.T / self.finalist.time
         cv = self._time_noise(best, self.finalist)
         new = max(1, len(s.confirm_seeds) or 5)
         sd_est, sd_new = math.sqrt(2) * cv, math.sqrt(math.pi / new) * cv  # the estimate's; a median of new seeds'
@@ -363,11 +375,33 @@ class PrescriptionSearch:
             self.steps.append(f"{best.name} on the finalist seed {finalists[0]}: {fresh:.2f}x, {100 * sure:.0f} % sure "
                               f"it beats the baseline ({100 * s.confidence:g} % needed): prescribe the baseline")
             return baseline
-        self.steps.append(f"{best.name} on the finalist seed {finalists[0]}: {fresh:.2f}x ({raw:.2f}x on the seed it was "
-                          f"chosen on), {100 * sure:.0f} % sure it beats the baseline: prescribed")
-        return self._prescription(best.config, best.steps, fresh, low, high,
+        self.steps.append(f"{self.finalist.name} on the finalist seed {finalists[0]}: {fresh:.2f}x ({raw:.2f}x on the "
+                          f"seed it was chosen on), {100 * sure:.0f} % sure it beats the baseline: prescribed")
+        return self._prescription(best.config, self.finalist.steps, fresh, low, high,
                                   f"its run on the finalist seed {finalists[0]} against the baseline's on seed "
                                   f"{s.search_seeds[0]}")
+
+    def _shorter_on_finalist_seed(self, seed: int) -> None:
+        """With budget left, the finalist's configuration at the next shorter length on the same seed: if it reaches
+        the target sooner there, it becomes the finalist (the two lengths compared on one seed share its luck)."""
+        s, finalist = self.settings, self.finalist
+        assert finalist is not None and finalist.time is not None
+        shorter = [steps for steps in s.run_lengths if steps < finalist.steps]
+        limits = [x for x in (s.max_train_seconds, None if s.max_baseline_runs is None else
+                              s.max_baseline_runs * self.baseline_seconds) if x is not None]
+        if not shorter or (limits and self.book.spent() + finalist.time > min(limits)):
+            return
+        rule = CurveRule(self.eval_every, self.Q, self.higher, round(finalist.time / (1 + s.min_gain), 6))
+        steps = max(shorter)
+        (record,) = self.book.run([(finalist.config, seed, steps, rule)], "search")
+        trial = self._trial(finalist.config, steps, seed, record)
+        self.confirmed_trials.append(trial)
+        if trial.time is not None:
+            self.steps.append(f"{trial.name} on the finalist seed {seed}: reached at {trial.time:.3g} {s.unit}, sooner "
+                              f"than at {finalist.steps} steps ({finalist.time:.3g}): the shorter run is the finalist")
+            self.finalist = trial
+        else:
+            self.steps.append(f"{trial.name} on the finalist seed {seed}: {record.stopped or 'not reached'}")
 
     def _time_noise(self, *trials: Trial) -> float:
         """The relative seed-to-seed spread of one run's time to the target (its coefficient of variation)."""
