@@ -232,7 +232,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     results["machine"] = machine()
     out = Path(args.out)
     (out / "results.json").write_text(json.dumps(results, indent=1))
-    (out / "table.md").write_text(report.workload_table(results) + "\n\n" + report.markdown(results) + "\n")
+    (out / "table.md").write_text(report.workload_table(results) + "\n\n" + report.markdown(results) + "\n\n"
+                                  + report.prescription_table(results) + "\n")
     report.plot(results, out / "profiles.png")
     if args.publish:
         PUBLISHED_JSON.parent.mkdir(parents=True, exist_ok=True)

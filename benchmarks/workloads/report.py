@@ -20,7 +20,7 @@ from workloads import scores
 from workloads.plan import WorkloadPlan
 from workloads.store import Store
 
-__all__ = ["assemble", "cell", "heldout_mean", "markdown", "plot", "search_table", "workload_table"]
+__all__ = ["assemble", "cell", "heldout_mean", "markdown", "plot", "prescription_table", "search_table", "workload_table"]
 
 
 def _seed_times(plan: WorkloadPlan, store: Store, config: str, candidates: tuple, lr: float, target: float,
@@ -160,7 +160,9 @@ def markdown(results: dict[str, Any]) -> str:
             else:
                 cells.append(cell(row["speedup"]))
         partial = counts.get(name, complete) < complete
-        score = f"{results['scores'][name]:.3f}" + (f" (on {counts[name]} of {complete})" if partial else "")
+        interval = results.get("score_intervals", {}).get(name)
+        score = f"{results['scores'][name]:.3f}" + (f" [{interval['low']:.2f}, {interval['high']:.2f}]" if interval
+                                                      else "") + (f" (on {counts[name]} of {complete})" if partial else "")
         lines.append(f"| {name} | {score} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -252,3 +254,41 @@ def plot(results: dict[str, Any], path: Any, top: int = 10) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def _median_ratio(base: dict[str, Any] | None, row: dict[str, Any] | None) -> float | None:
+    """AlgoPerf's per-workload comparison: the baseline's median held-out time over the configuration's (a seed
+    that misses the target counts as infinitely slow; ``0.0`` when the configuration's median is a failure)."""
+    if base is None or row is None or not row.get("complete", True):
+        return None
+    b, c = base["median_seconds"], row["median_seconds"]
+    if math.isinf(c):
+        return 0.0
+    return None if math.isinf(b) else round(b / c, 4)
+
+
+def prescription_table(results: dict[str, Any]) -> str:
+    """Per workload: the prescription search's run (algorithms and length), its estimate with the interval, the run
+    as handed over on the held-out seeds (the baseline's median time to target over its median), whether that lies
+    in the interval, how many held-out seeds it reached the target on, and the cost in its own baseline runs and
+    in runs of B."""
+    lines = ["| workload | prescription | estimate [90 % interval] | held-out, as handed over | inside | reached | "
+             "cost (its baseline runs) | cost (runs of B) |", "|---|---|---|---|---|---|---|---|"]
+    for name, entry in results["workloads"].items():
+        full = entry.get("search")
+        if full is None or "prescription" not in full:
+            continue
+        if full.get("error") or full.get("prescription") is None:
+            lines.append(f"| {name} | error: {(full.get('error') or '')[:80]} |" + " — |" * 6)
+            continue
+        p = full["prescription"]
+        pick = " + ".join(a[2] for a in p["algorithms"]) or "baseline"
+        est = "—" if p["low"] is None else f"{p['speedup']:.2f}x [{p['low']:.2f}, {p['high']:.2f}]"
+        row = entry["configs"].get("search")
+        held = _median_ratio(entry["configs"].get("baseline"), row)
+        inside = "—" if held is None or p["low"] is None else ("yes" if p["low"] <= held <= p["high"] else "no")
+        reached = "—" if row is None else f"{row['speedup']['reached']}/{row['speedup']['seeds']}"
+        own = full["cost"].get("search_in_baseline_runs") or 0.0
+        lines.append(f"| {name} | {pick} @ {full['steps']} steps | {est} | {'—' if held is None else f'{held:.2f}x'} | "
+                     f"{inside} | {reached} | {own:.2f} | {own * entry['run_steps'] / entry['budget_steps']:.2f} |")
+    return "\n".join(lines)
