@@ -298,9 +298,10 @@ class Engine:
 
         Calls are exact. Seconds are measured on the first 64 runs of each (event, algorithms) plan,
         then on a random eighth of its runs weighted by 8: an unbiased estimate of the total for an
-        eighth of the clock reads. They are measured with markers of a
-        :class:`~composer_bridge.core.profiler.CostProfiler` around each ``apply``, where a
-        :attr:`profiler`'s markers are (inside them when both time a run).
+        eighth of the clock reads. The time between two ``apply`` calls of one event is charged to
+        the second: the engine's own bookkeeping for an algorithm counts as part of its cost. They
+        are measured with the markers of a :class:`~composer_bridge.core.profiler.CostProfiler`,
+        where a :attr:`profiler`'s markers are (inside them when both time a run).
         """
         self._fold_calls()
         return self._cost
@@ -443,10 +444,10 @@ class Engine:
                 else plan.find_cost_markers(cost_profiler)
             plan.runs += 1
             if plan.runs <= _TIMED_IN_FULL:
-                cost_profiler.weight = 1.0
+                cost_profiler.begin_run(1.0)
                 markers = cost_markers
             elif self._sample() < _SAMPLED_FRACTION:
-                cost_profiler.weight = 1.0 / _SAMPLED_FRACTION
+                cost_profiler.begin_run(1.0 / _SAMPLED_FRACTION)
                 markers = cost_markers
         profiler = self._profiler
         if profiler is not None:
