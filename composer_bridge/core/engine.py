@@ -454,13 +454,13 @@ class Engine:
             markers = plan.markers_of(profiler) if markers is None else plan.paired(profiler, markers)
         exit_codes: dict[int, Any] | None = None
         algorithm = None
-        position = 0
+        marks = iter(markers) if markers is not None else None  # each algorithm's marker, in order
         try:
-            for position, algorithm in enumerate(plan.algorithms):
-                if markers is None:
+            for algorithm in plan.algorithms:
+                if marks is None:
                     exit_code = algorithm.apply(event, state, logger)
                 else:
-                    marker = markers[position]
+                    marker = next(marks)
                     marker.start()
                     exit_code = algorithm.apply(event, state, logger)
                     marker.finish()
@@ -468,7 +468,7 @@ class Engine:
                     exit_codes = _add_exit_code(exit_codes, plan, algorithm, exit_code)
         except Exception as error:
             ran = _position(plan, algorithm)
-            if markers is not None and position == ran:
+            if markers is not None:
                 markers[ran].finish()  # the failing apply's span ends with it
             if measuring:
                 for cell in plan.cells[ran:]:  # the failing algorithm and those after it did not complete
