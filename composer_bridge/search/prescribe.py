@@ -375,8 +375,10 @@ class PrescriptionSearch:
             self.steps.append(f"{best.name} on the finalist seed {finalists[0]}: {fresh:.2f}x, {100 * sure:.0f} % sure "
                               f"it beats the baseline ({100 * s.confidence:g} % needed): prescribe the baseline")
             return baseline
-        self.steps.append(f"{self.finalist.name} on the finalist seed {finalists[0]}: {fresh:.2f}x ({raw:.2f}x on the "
-                          f"seed it was chosen on), {100 * sure:.0f} % sure it beats the baseline: prescribed")
+        chosen = (f"{raw:.2f}x on the seed it was chosen on" if math.isfinite(raw) else
+                  "chosen by its quality at the last rung")
+        self.steps.append(f"{self.finalist.name} on the finalist seed {finalists[0]}: {fresh:.2f}x ({chosen}), "
+                          f"{100 * sure:.0f} % sure it beats the baseline: prescribed")
         return self._prescription(best.config, self.finalist.steps, fresh, low, high,
                                   f"its run on the finalist seed {finalists[0]} against the baseline's on seed "
                                   f"{s.search_seeds[0]}")
