@@ -113,7 +113,8 @@ def bootstrap_scores(seed_times: Mapping[str, Mapping[str, Sequence[float]]], re
     draws: list[dict[str, float]] = []
     for _ in range(replicates):
         picks = {w: [rng.randrange(n_seeds[w]) for _ in range(n_seeds[w])] for w in workloads}
-        medians = {c: {w: median_time([times[i] if i < len(times) else math.inf for i in picks[w]])
+        # a configuration measured on fewer seeds than others draws as many, from the same indices (mod its count)
+        medians = {c: {w: median_time([times[picks[w][j] % len(times)] for j in range(len(times))])
                        for w, times in per.items()} for c, per in seed_times.items()}
         rat = ratios(medians)
         draws.append({c: score(r) for c, r in rat.items()})
