@@ -189,6 +189,8 @@ class WorkloadPlan:
         fraction = self.settings.proxy_fraction if proxy else None
         target = self.settings.target_seeds
         if self.settings.search_method == "prescribe":
+            # the longest is the held-out length itself (4/3 B rounded up, as every other configuration trains)
+            lengths = tuple(sorted({min(n, self.run_steps) for n in lengths} | {self.run_steps}))
             fixed = self.target(store, lr)
             runs = self.settings.search_budget_runs * self.budget / max(lengths)
             if "max_fits" not in kwargs:
