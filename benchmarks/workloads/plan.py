@@ -190,7 +190,7 @@ class WorkloadPlan:
         target = self.settings.target_seeds
         if self.settings.search_method == "prescribe":
             # the longest is the held-out length itself (4/3 B rounded up, as every other configuration trains)
-            lengths = tuple(sorted({min(n, self.run_steps) for n in lengths} | {self.run_steps}))
+            lengths = tuple(sorted({n for n in lengths if abs(n - self.run_steps) > 1} | {self.run_steps}))
             fixed = self.target(store, lr)
             runs = self.settings.search_budget_runs * self.budget / max(lengths)
             if "max_fits" not in kwargs:
