@@ -343,7 +343,8 @@ class PrescriptionSearch:
             self.steps.append("nothing reached the target sooner than the baseline: prescribe the baseline")
             return baseline
         if (not finalists or self.T is None) and not best.time:
-            self.steps.append(f"no finalist seed to measure {best.name} to the target: prescribe the baseline")
+            why = "the baseline run does not reach the target" if self.T is None else "no finalist seed"
+            self.steps.append(f"{best.name} cannot be measured against the baseline ({why}): prescribe the baseline")
             return baseline
         if not finalists or self.T is None:
             speed = (self.T or self.baseline_seconds) / best.time
@@ -398,12 +399,15 @@ class PrescriptionSearch:
         (record,) = self.book.run([(finalist.config, seed, steps, rule)], "search")
         trial = self._trial(finalist.config, steps, seed, record)
         self.confirmed_trials.append(trial)
-        if trial.time is not None:
+        # a run may reach the target at the first validation past the time it had to beat: that is not sooner
+        if trial.time is not None and trial.time * (1 + s.min_gain) < finalist.time:
             self.steps.append(f"{trial.name} on the finalist seed {seed}: reached at {trial.time:.3g} {s.unit}, sooner "
                               f"than at {finalist.steps} steps ({finalist.time:.3g}): the shorter run is the finalist")
             self.finalist = trial
         else:
-            self.steps.append(f"{trial.name} on the finalist seed {seed}: {record.stopped or 'not reached'}")
+            how = (f"reached at {trial.time:.3g} {s.unit}, not sooner than at {finalist.steps} steps" if trial.time
+                   is not None else record.stopped or "not reached")
+            self.steps.append(f"{trial.name} on the finalist seed {seed}: {how}")
 
     def _time_noise(self, *trials: Trial) -> float:
         """The relative seed-to-seed spread of one run's time to the target (its coefficient of variation)."""

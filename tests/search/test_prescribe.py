@@ -176,3 +176,23 @@ def test_the_real_executor_stops_a_run_as_the_rule_says(tmp_path) -> None:
     _, early = whole.next_done()
     reach = next(i for i, p in enumerate(outcome.points) if p[2] >= target)
     assert early.stopped == "reached" and early.points == outcome.points[: reach + 1]
+
+
+def test_a_shorter_length_replaces_the_finalist_only_when_it_reaches_the_target_sooner() -> None:
+    # coarse validations: a shorter run may first reach the target at the validation past the time it had to beat
+    shorter_seen = 0
+    for task in range(30):
+        speeds = statistics.NormalDist(0.3, 0.15).samples(4, seed=task)
+        truths = {f"m{i}": Truth(speed=math.exp(s)) for i, s in enumerate(speeds)}
+        model = Model(truths, luck_sd=0.05, run_sd=0.03)
+        search, prescription, _ = _search(model, list(truths), eval_every=20)
+        tried = [t for t in search.confirmed_trials if t.steps < B and t.config and t.seed == 1]
+        for trial in tried:
+            longer = _heldout_time(model, trial.config, B, search.Q, 1, eval_every=20)
+            kept = prescription.steps == trial.steps and prescription.algorithms
+            if kept:
+                shorter_seen += 1
+                assert trial.time is not None and trial.time * 1.02 < longer
+            elif trial.time is not None and longer is not None and trial.time * 1.02 < longer:
+                pytest.fail(f"task {task}: {trial.name} was sooner on the finalist seed but not kept")
+    assert shorter_seen >= 1
