@@ -263,9 +263,11 @@ def _median_ratio(base: dict[str, Any] | None, row: dict[str, Any] | None) -> fl
     if base is None or row is None or not row.get("complete", True):
         return None
     b, c = base["median_seconds"], row["median_seconds"]
+    if math.isinf(b) and math.isinf(c):
+        return None  # both miss the target on most seeds: no ratio
     if math.isinf(c):
         return 0.0
-    return None if math.isinf(b) else round(b / c, 4)
+    return math.inf if math.isinf(b) else round(b / c, 4)
 
 
 def prescription_table(results: dict[str, Any]) -> str:
@@ -287,9 +289,14 @@ def prescription_table(results: dict[str, Any]) -> str:
         est = "—" if p["low"] is None else f"{p['speedup']:.2f}x [{p['low']:.2f}, {p['high']:.2f}]"
         row = entry["configs"].get("search")
         held = _median_ratio(entry["configs"].get("baseline"), row)
-        inside = "—" if held is None or p["low"] is None else ("yes" if p["low"] <= held <= p["high"] else "no")
+        inside = "—" if held is None or p["low"] is None or math.isinf(held) else (
+            "yes" if p["low"] <= held <= p["high"] else "no")
         reached = "—" if row is None else f"{row['speedup']['reached']}/{row['speedup']['seeds']}"
+        if held is None and row is not None and entry["configs"].get("baseline") is not None:
+            held_text = "both miss the target on most seeds"
+        else:
+            held_text = "—" if held is None else ("reached, baseline not" if math.isinf(held) else f"{held:.2f}x")
         own = full["cost"].get("search_in_baseline_runs") or 0.0
-        lines.append(f"| {name} | {pick} @ {full['steps']} steps | {est} | {'—' if held is None else f'{held:.2f}x'} | "
+        lines.append(f"| {name} | {pick} @ {full['steps']} steps | {est} | {held_text} | "
                      f"{inside} | {reached} | {own:.2f} | {own * entry['run_steps'] / entry['budget_steps']:.2f} |")
     return "\n".join(lines)
