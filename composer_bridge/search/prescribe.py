@@ -279,7 +279,7 @@ class PrescriptionSearch:
         (the best time so far) kept aside; stops exploring when a share could not reach the first rung."""
         s = self.settings
         if s.max_fits is not None and len(self.book.search_fits) + runs + 1 > s.max_fits:
-            raise BudgetExhausted(f"{s.max_fits} fits, before {what}")
+            raise BudgetExhausted(f"{s.max_fits} fits, in {what}")
         limits = [x for x in (s.max_train_seconds, None if s.max_baseline_runs is None else
                               s.max_baseline_runs * self.baseline_seconds) if x is not None]
         if not limits:
@@ -289,7 +289,7 @@ class PrescriptionSearch:
         if share <= self.rungs[0]:
             what_budget = (f"{s.max_baseline_runs:g} baseline runs" if s.max_baseline_runs is not None else
                            f"{min(limits):g} {s.unit}")
-            raise BudgetExhausted(f"{what_budget}, before {what}")
+            raise BudgetExhausted(f"{what_budget}, in {what}")
         return share
 
     # --- the method ----------------------------------------------------------------------------------
