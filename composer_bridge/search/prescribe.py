@@ -110,7 +110,6 @@ class RunBook:
     settings: SearchSettings
     state: SearchState
     executor: Executor
-    progress: object = None
     search_fits: list[FitRecord] = field(default_factory=list)
     confirm_fits: list[FitRecord] = field(default_factory=list)
     trained: int = 0
@@ -157,8 +156,6 @@ class RunBook:
             self.cache[(config, seed, steps, rule.key())] = record
             self.state.save()
             records[i] = record
-            if self.progress is not None:
-                self.progress.update(record.seconds)  # type: ignore[attr-defined]
 
 
 class PrescriptionSearch:
@@ -250,8 +247,8 @@ class PrescriptionSearch:
         wanted = [w for w in wanted if w not in done]
         for start in range(0, len(wanted), WAVE):
             chunk = wanted[start:start + WAVE]
-            share = self._share(what, len(chunk))
-            rule = self._rule(share if cap is None else min(cap, share if share is not None else cap))
+            stops = [x for x in (self._share(what, len(chunk)), cap) if x is not None]
+            rule = self._rule(min(stops) if stops else None)
             records = self.book.run([(config, seed, steps, rule) for config, steps in chunk], "search")
             before = self.best_time()
             for (config, steps), record in zip(chunk, records, strict=True):
@@ -274,21 +271,28 @@ class PrescriptionSearch:
             how = trial.record.stopped or "trained to its end without reaching the target"
         self.steps.append(f"{trial.name}: {how}")
 
+    def _time_limit(self) -> float | None:
+        """The search's time budget on its clock: ``max_train_seconds`` or ``max_baseline_runs`` baseline runs,
+        whichever is less (``None``: no time budget)."""
+        s = self.settings
+        runs = None if s.max_baseline_runs is None else s.max_baseline_runs * self.baseline_seconds
+        limits = [x for x in (s.max_train_seconds, runs) if x is not None]
+        return min(limits) if limits else None
+
     def _share(self, what: str, runs: int) -> float | None:
         """Each of the next ``runs`` trials' share of the budget left (``None``: no time budget), the finalist's run
         (the best time so far) kept aside; stops exploring when a share could not reach the first rung."""
         s = self.settings
         if s.max_fits is not None and len(self.book.search_fits) + runs + 1 > s.max_fits:
             raise BudgetExhausted(f"{s.max_fits} fits, in {what}")
-        limits = [x for x in (s.max_train_seconds, None if s.max_baseline_runs is None else
-                              s.max_baseline_runs * self.baseline_seconds) if x is not None]
-        if not limits:
+        limit = self._time_limit()
+        if limit is None:
             return None
         reserve = (self.best_time() or 0.0) if s.finalist_seeds or len(s.search_seeds) > 1 else 0.0
-        share = (min(limits) - reserve - self.book.spent()) / runs
+        share = (limit - reserve - self.book.spent()) / runs
         if share <= self.rungs[0]:
             what_budget = (f"{s.max_baseline_runs:g} baseline runs" if s.max_baseline_runs is not None else
-                           f"{min(limits):g} {s.unit}")
+                           f"{limit:g} {s.unit}")
             raise BudgetExhausted(f"{what_budget}, in {what}")
         return share
 
@@ -350,9 +354,8 @@ class PrescriptionSearch:
             speed = (self.T or self.baseline_seconds) / best.time
             self.steps.append(f"no finalist seed: {best.name} prescribed on one seed's measurement ({speed:.2f}x)")
             return self._prescription(best.config, best.steps, speed, None, None, "one search seed, chosen on it")
-        limits = [x for x in (s.max_train_seconds, None if s.max_baseline_runs is None else
-                              s.max_baseline_runs * self.baseline_seconds) if x is not None]
-        left = min(limits) - self.book.spent() if limits else math.inf
+        limit = self._time_limit()
+        left = limit - self.book.spent() if limit is not None else math.inf
         rule = CurveRule(self.eval_every, self.Q, self.higher, round(min(2 * self.T, left), 6))
         (record,) = self.book.run([(best.config, finalists[0], best.steps, rule)], "search")
         self.finalist = self._trial(best.config, best.steps, finalists[0], record)
@@ -390,9 +393,8 @@ class PrescriptionSearch:
         s, finalist = self.settings, self.finalist
         assert finalist is not None and finalist.time is not None
         shorter = [steps for steps in s.run_lengths if steps < finalist.steps]
-        limits = [x for x in (s.max_train_seconds, None if s.max_baseline_runs is None else
-                              s.max_baseline_runs * self.baseline_seconds) if x is not None]
-        if not shorter or (limits and self.book.spent() + finalist.time > min(limits)):
+        limit = self._time_limit()
+        if not shorter or (limit is not None and self.book.spent() + finalist.time > limit):
             return
         rule = CurveRule(self.eval_every, self.Q, self.higher, round(finalist.time / (1 + s.min_gain), 6))
         steps = max(shorter)

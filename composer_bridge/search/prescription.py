@@ -142,7 +142,3 @@ class Prescription:
                 "baseline_steps": self.baseline_steps, "target": self.target, "monitor": self.monitor,
                 "mode": self.mode, "speedup": self.speedup, "low": self.low, "high": self.high,
                 "confidence": self.confidence, "measured": self.measured}
-
-    @classmethod
-    def of(cls, algorithms: Sequence[Candidate], **kwargs: Any) -> Prescription:
-        return cls(algorithms=tuple(algorithms), **kwargs)

@@ -77,6 +77,22 @@ def tiny_classifier(classes: int = 4, channels: int = 1, lr: float = 0.05) -> Co
     return ComposerClassifier(net, num_classes=classes, optimizer=lambda p: torch.optim.SGD(p, lr=lr, momentum=0.9))
 
 
+class PlainLinear(L.LightningModule):
+    """A plain LightningModule the usual way: ``Linear(4, 2)``, inline cross-entropy, SGD at ``lr``."""
+
+    def __init__(self, lr: float = 0.01) -> None:
+        super().__init__()
+        self.net = torch.nn.Linear(4, 2)
+        self.lr = lr
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        return torch.nn.functional.cross_entropy(self.net(x), y)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=self.lr)
+
+
 def quiet_trainer(**overrides: Any) -> L.Trainer:
     """A CPU Trainer with no logger, checkpointing, progress bar or model summary unless overridden."""
     # COMPOSER_BRIDGE_TEST_ACCELERATOR=gpu (and _PRECISION=bf16-mixed) run the Trainer tests on a GPU.

@@ -7,27 +7,19 @@ from typing import Any
 
 import pytest
 import torch
-from helpers.support import L, image_loader, quiet_trainer, tiny_classifier
+from helpers.support import L, PlainLinear, image_loader, quiet_trainer, tiny_classifier
 from torch.utils.data import DataLoader, TensorDataset
 
 from composer_bridge import Algorithm, AlgorithmEngineCallback, Callback, Event, State
 from composer_bridge.core.engine import Engine
 
 
-class Plain(L.LightningModule):
+class Plain(PlainLinear):
     def __init__(self) -> None:
-        super().__init__()
-        self.net = torch.nn.Linear(4, 2)
-
-    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        x, y = batch
-        return torch.nn.functional.cross_entropy(self.net(x), y)
+        super().__init__(lr=0.1)
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         time.sleep(0.05)  # evaluation that takes visible time
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD(self.parameters(), lr=0.1)
 
 
 def loader(n: int = 20, batch_size: int = 4) -> DataLoader:

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 import torch
-from helpers.support import L, quiet_trainer
+from helpers.support import L, PlainLinear, quiet_trainer
 from torch.utils.data import DataLoader, TensorDataset
 
 import composer_bridge
@@ -32,19 +32,6 @@ STEP_EVENTS = frozenset({
     Event.BATCH_CHECKPOINT,
 })  # the per-step events a plain LightningModule receives
 FIRST, LAST = 10, 30  # counted steps: inside the engine's first 64 runs of a plan, which it times in full
-
-
-class Plain(L.LightningModule):
-    def __init__(self) -> None:
-        super().__init__()
-        self.net = torch.nn.Linear(4, 2)
-
-    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        x, y = batch
-        return torch.nn.functional.cross_entropy(self.net(x), y)
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD(self.parameters(), lr=0.01)
 
 
 class StepNoOp(Algorithm):
@@ -92,7 +79,7 @@ def calls_per_step(callbacks: list[Any]) -> dict[str, float]:
     data = TensorDataset(torch.randn(8 * (LAST + 2), 4, generator=g), torch.randint(0, 2, (8 * (LAST + 2),), generator=g))
     trainer = quiet_trainer(max_steps=LAST + 2, callbacks=[Window(), *callbacks])
     try:
-        trainer.fit(Plain(), DataLoader(data, batch_size=8))
+        trainer.fit(PlainLinear(lr=0.01), DataLoader(data, batch_size=8))
     finally:
         sys.setprofile(None)
     steps = LAST - FIRST
