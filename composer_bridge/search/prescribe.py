@@ -182,9 +182,6 @@ class PrescriptionSearch:
     def higher(self) -> bool:
         return self.settings.higher
 
-    def _better(self, a: float, b: float) -> bool:
-        return a > b if self.higher else a < b
-
     def _trial(self, config: Config, steps: int, seed: int, record: FitRecord, phase: str = "search") -> Trial:
         return Trial(config, steps, seed, record, phase, self.Q, self.higher)
 
@@ -210,13 +207,12 @@ class PrescriptionSearch:
         if best.config or best.steps != self.B:
             return best
         last = len(self.rungs) - 1
-        ranked = sorted(self.cleared, key=lambda c: self.cleared[c], reverse=self.higher)
-        base = self.rung_values[last][0]
-        for config, steps in ranked:
-            lead = (self.cleared[(config, steps)] - base) * (1 if self.higher else -1)
-            if lead > self.noise:
-                return next(t for t in self.trials if t.config == config and t.steps == steps)
-            break
+        if not self.cleared:
+            return best
+        top = (max if self.higher else min)(self.cleared, key=self.cleared.__getitem__)
+        lead = (self.cleared[top] - self.rung_values[last][0]) * (1 if self.higher else -1)
+        if lead > self.noise:
+            return next(t for t in self.trials if (t.config, t.steps) == top)
         return best
 
     def best_trial(self) -> Trial:
@@ -251,12 +247,13 @@ class PrescriptionSearch:
             rule = self._rule(min(stops) if stops else None)
             records = self.book.run([(config, seed, steps, rule) for config, steps in chunk], "search")
             before = self.best_time()
-            for (config, steps), record in zip(chunk, records, strict=True):
-                trial = self._trial(config, steps, seed, record)
+            trials = [self._trial(config, steps, seed, record) for (config, steps), record in zip(chunk, records,
+                                                                                                  strict=True)]
+            for trial in trials:
                 self.trials.append(trial)
                 self._record_rungs(trial)
-            for (config, steps), record in zip(chunk, records, strict=True):
-                self._describe(self._trial(config, steps, seed, record), before)
+            for trial in trials:
+                self._describe(trial, before)
 
     def _describe(self, trial: Trial, before: float | None) -> None:
         unit = self.settings.unit
