@@ -61,6 +61,10 @@ class Settings:
     search_kwargs: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
 
 
+#: the prescription search's current revision (a new one trains its searches again; the older records stay)
+PRESCRIBE_REVISION = "paired"
+
+
 @dataclass(frozen=True)
 class SearchSpec:
     """The recipe search on one workload: its seeds, run lengths, learning rate and budget (training CPU seconds)."""
@@ -78,6 +82,9 @@ class SearchSpec:
     screen: float | None = None  #: search_recipe's ``screen`` (``None``: every configuration raced in full)
     method: str = ""  #: the search method's revision (``Settings.search_method``; ``""``: the first look at one length)
     target: float | None = None  #: the quality to reach (the prescription search: the workload's target)
+    #: the method's revision within ``method`` (the prescription search: ``"paired"`` since its finalist is measured
+    #: against a baseline run on the finalist seed; ``""``: before)
+    revision: str = ""
 
     @property
     def name(self) -> str:
@@ -93,6 +100,7 @@ class SearchSpec:
         screen = "" if self.screen is None else f"|screen {self.screen:.3g}"
         method = f"|{self.method}" if self.method else ""
         method += "" if self.target is None else f"|target {self.target:.6g}"
+        method += f"|{self.revision}" if self.revision else ""
         return (f"{self.workload}|search|{self.lr:g}|{list(self.run_lengths)}|{list(self.search_seeds)}{budget}"
                 f"{extra}{proxy}{screen}{method}")
 
@@ -201,7 +209,7 @@ class WorkloadPlan:
                 kwargs["baseline_run"] = [(p["step"], p["cpu_s"], p["quality"]) for p in reference["points"]]
             return SearchSpec(self.workload.name, lr, lengths, target[:1], (), kwargs,
                               budget_runs=kwargs.get("max_baseline_runs"), finalist_seeds=target[1:2],
-                              method="prescribe", target=None if fixed is None else fixed[0])
+                              method="prescribe", target=None if fixed is None else fixed[0], revision=PRESCRIBE_REVISION)
         if "max_fits" not in kwargs:  # its own baseline runs, timed by the search (the proxy's, on the proxy)
             kwargs["max_baseline_runs"] = self.settings.search_budget_runs
         confirm = (*target[3:], max(target) + 1)[: 1 if proxy else None]

@@ -29,11 +29,11 @@ __all__ = ["run_search", "state_folder"]
 
 
 def state_folder(spec: SearchSpec, folder: Path) -> Path:
-    """Where the search of ``spec`` keeps its state under ``folder``: ``search_<workload>[_proxy][_screen][_<method>]``."""
+    """Where the search of ``spec`` keeps its state under ``folder``: ``search_<workload>[_proxy][_screen][_<method>][_<revision>]``."""
     # the folders of the quarter-length proxy were named before other shares were measured: they keep that name
     proxy = "" if not spec.proxy_fraction else "_proxy" + ("" if spec.proxy_fraction == 0.25 else f"{spec.proxy_fraction:g}")
     name = f"search_{spec.workload}{proxy}" + ("_screen" if spec.screen else "") + (f"_{spec.method}" if spec.method else "")
-    return Path(folder) / name
+    return Path(folder) / (name + (f"_{spec.revision}" if spec.revision else ""))
 
 
 def run_search(spec: SearchSpec, folder: Path) -> dict[str, Any]:
@@ -49,7 +49,8 @@ def run_search(spec: SearchSpec, folder: Path) -> dict[str, Any]:
         "confirm_seeds": list(spec.confirm_seeds), "finalist_seeds": list(spec.finalist_seeds),
         "budget_seconds": spec.budget_seconds, "budget_runs": spec.budget_runs, "screen": spec.screen, "error": None}
     proxy = Proxy.shorter(spec.run_lengths, spec.proxy_fraction) if spec.proxy_fraction else None
-    previous, state = state_folder(dataclasses.replace(spec, method=""), folder), state_folder(spec, folder)
+    before = dataclasses.replace(spec, revision="") if spec.revision else dataclasses.replace(spec, method="")
+    previous, state = state_folder(before, folder), state_folder(spec, folder)
     if state != previous and not state.exists() and previous.exists():
         # the previous revision's fits, trained by the same code, are read instead of trained again
         shutil.copytree(previous, state)

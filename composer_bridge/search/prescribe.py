@@ -61,6 +61,28 @@ RUNGS = (1 / 12, 1 / 3)
 ETA = 4
 #: trials started together with the same bars (so a search on two workers takes the path of one in a process)
 WAVE = 2
+#: the seed-to-seed spread of a run's time to a target assumed before any is measured (10 %), and its weight in
+#: seed pairs: one or two pairs measured cannot tell the spread alone
+PRIOR_CV = 0.1
+PRIOR_DF = 2
+# one-sided 95 % quantiles of Student's t by degrees of freedom (larger: the normal's, corrected)
+_T95 = {1: 6.314, 2: 2.920, 3: 2.353, 4: 2.132, 5: 2.015, 6: 1.943, 7: 1.895, 8: 1.860, 9: 1.833, 10: 1.812}
+
+
+def t_quantile(p: float, df: int) -> float:
+    """Student's t quantile for ``p = 0.95`` (the one-sided 95 %, a two-sided 90 % interval) at ``df`` degrees of
+    freedom; Cornish-Fisher's first correction beyond the table.
+
+    Examples:
+        >>> t_quantile(0.95, 3), round(t_quantile(0.95, 1000), 3)
+        (2.353, 1.646)
+    """
+    if p != 0.95:
+        raise ValueError(f"t_quantile(p={p!r}): only p=0.95 is tabled (the search's 90 % intervals).")
+    if df in _T95:
+        return _T95[df]
+    z = statistics.NormalDist().inv_cdf(p)
+    return z + (z ** 3 + z) / (4 * df)
 
 
 def validation_noise(points: Sequence[CurvePoint]) -> float:
@@ -276,6 +298,13 @@ class PrescriptionSearch:
         limits = [x for x in (s.max_train_seconds, runs) if x is not None]
         return min(limits) if limits else None
 
+    def _reserve(self) -> float:
+        """The budget kept aside for the finalist seed: the pick's run (the best time so far) and, once a candidate
+        leads, the baseline's run beside it on that seed (about ``T``)."""
+        best = self.best_time() or 0.0
+        leads = bool(self._pick().config) or self._pick().steps != self.B
+        return best + ((self.T or self.baseline_seconds) if leads else 0.0)
+
     def _share(self, what: str, runs: int) -> float | None:
         """Each of the next ``runs`` trials' share of the budget left (``None``: no time budget), the finalist's run
         (the best time so far) kept aside; stops exploring when a share could not reach the first rung."""
@@ -285,7 +314,7 @@ class PrescriptionSearch:
         limit = self._time_limit()
         if limit is None:
             return None
-        reserve = (self.best_time() or 0.0) if s.finalist_seeds or len(s.search_seeds) > 1 else 0.0
+        reserve = self._reserve() if s.finalist_seeds or len(s.search_seeds) > 1 else 0.0
         share = (limit - reserve - self.book.spent()) / runs
         if share <= self.rungs[0]:
             what_budget = (f"{s.max_baseline_runs:g} baseline runs" if s.max_baseline_runs is not None else
@@ -353,36 +382,66 @@ class PrescriptionSearch:
             return self._prescription(best.config, best.steps, speed, None, None, "one search seed, chosen on it")
         limit = self._time_limit()
         left = limit - self.book.spent() if limit is not None else math.inf
-        rule = CurveRule(self.eval_every, self.Q, self.higher, round(min(2 * self.T, left), 6))
+        keep = min(self.T, left / 2)  # for the baseline's run beside it on the same seed
+        rule = CurveRule(self.eval_every, self.Q, self.higher, round(min(2 * self.T, left - keep), 6))
         (record,) = self.book.run([(best.config, finalists[0], best.steps, rule)], "search")
-        self.finalist = self._trial(best.config, best.steps, finalists[0], record)
+        self.finalist = first = self._trial(best.config, best.steps, finalists[0], record)
         self.confirmed_trials.append(self.finalist)  # reported beside the others; never a candidate for the best
         if self.finalist.time is None:
             self.steps.append(f"{best.name} on the finalist seed {finalists[0]}: not reached within twice the "
                               "baseline's time (or the budget left): prescribe the baseline")
             return baseline
         self._shorter_on_finalist_seed(finalists[0])
-        raw, fresh = (self.T / best.time if best.time else math.nan), self.T / self.finalist.time
-        cv = self._time_noise(best, self.finalist)
+        paired = self._baseline_on(finalists[0])
+        base_time = paired.time if paired is not None else None
+        raw = self.T / best.time if best.time else math.nan
+        fresh = (base_time or self.T) / self.finalist.time
+        cv, df = self._time_noise(best, first, paired)
         new = max(1, len(s.confirm_seeds) or 5)
-        sd_est, sd_new = math.sqrt(2) * cv, math.sqrt(math.pi / new) * cv  # the estimate's; a median of new seeds'
+        # the estimate's spread (two runs of one seed); the spread of the ratio of two medians of `new` seeds each
+        sd_est, sd_new = math.sqrt(2) * cv, math.sqrt(math.pi / new) * cv
+        widen = t_quantile(0.95, df) / statistics.NormalDist().inv_cdf(0.95)  # the noise itself is estimated
+        sd = math.hypot(sd_est, sd_new) * widen
         z = statistics.NormalDist().inv_cdf(0.95)
-        sd = math.hypot(sd_est, sd_new)
         low, high = fresh * math.exp(-z * sd), fresh * math.exp(z * sd)
         self.estimate = Estimate(mean=fresh, low=low, high=high, raw=raw, confidence=0.9, noise_sd=cv,
                                  spread_sd=0.0, shrink=1.0, configurations=len(self.trials), new_seeds=new)
-        sure = statistics.NormalDist().cdf(math.log(fresh) / sd_est) if sd_est > 0 else float(fresh > 1)
+        sure = statistics.NormalDist().cdf(math.log(fresh) / (sd_est * widen)) if sd_est > 0 else float(fresh > 1)
+        against = (f"the baseline's run on the same seed ({base_time:.3g} {s.unit})" if base_time is not None else
+                   f"your baseline run on seed {s.search_seeds[0]} (the baseline on seed {finalists[0]} did not reach "
+                   "the target in the budget left)")
         if s.confidence and (fresh <= 1 + s.min_gain or sure < s.confidence):
-            self.steps.append(f"{best.name} on the finalist seed {finalists[0]}: {fresh:.2f}x, {100 * sure:.0f} % sure "
-                              f"it beats the baseline ({100 * s.confidence:g} % needed): prescribe the baseline")
+            self.steps.append(f"{self.finalist.name} on the finalist seed {finalists[0]}: {fresh:.2f}x against "
+                              f"{against}, {100 * sure:.0f} % sure it beats the baseline ({100 * s.confidence:g} % "
+                              "needed): prescribe the baseline")
             return baseline
         chosen = (f"{raw:.2f}x on the seed it was chosen on" if math.isfinite(raw) else
                   "chosen by its quality at the last rung")
-        self.steps.append(f"{self.finalist.name} on the finalist seed {finalists[0]}: {fresh:.2f}x ({chosen}), "
-                          f"{100 * sure:.0f} % sure it beats the baseline: prescribed")
-        return self._prescription(best.config, self.finalist.steps, fresh, low, high,
-                                  f"its run on the finalist seed {finalists[0]} against the baseline's on seed "
-                                  f"{s.search_seeds[0]}")
+        self.steps.append(f"{self.finalist.name} on the finalist seed {finalists[0]}: {fresh:.2f}x against {against} "
+                          f"({chosen}), {100 * sure:.0f} % sure it beats the baseline: prescribed")
+        measured = (f"its run on the finalist seed {finalists[0]} against the baseline's on that seed" if base_time
+                    is not None else f"its run on the finalist seed {finalists[0]} against the baseline's on seed "
+                    f"{s.search_seeds[0]}")
+        return self._prescription(best.config, self.finalist.steps, fresh, low, high, measured)
+
+    def _baseline_on(self, seed: int) -> Trial | None:
+        """The baseline at ``B`` on the finalist seed, to the target (at most twice ``T`` or the budget left): the
+        pick's time is measured against it, so the user's run's seed luck and the conditions it was timed in (a
+        busier machine, another day) do not enter the estimate. ``None``: no budget left for it."""
+        limit = self._time_limit()
+        left = limit - self.book.spent() if limit is not None else math.inf
+        if left <= self.rungs[0]:
+            self.steps.append(f"no budget left for the baseline on the finalist seed {seed}: the pick is measured "
+                              "against your baseline run")
+            return None
+        rule = CurveRule(self.eval_every, self.Q, self.higher, round(min(2 * self.T, left), 6))
+        (record,) = self.book.run([((), seed, self.B, rule)], "search")
+        trial = self._trial((), self.B, seed, record)
+        self.confirmed_trials.append(trial)
+        how = (f"reaches the target at {trial.time:.3g} {self.settings.unit}" if trial.time is not None else
+               record.stopped or "does not reach the target")
+        self.steps.append(f"baseline @ {self.B} steps on the finalist seed {seed}: {how}")
+        return trial
 
     def _shorter_on_finalist_seed(self, seed: int) -> None:
         """With budget left, the finalist's configuration at the next shorter length on the same seed: if it reaches
@@ -391,8 +450,8 @@ class PrescriptionSearch:
         assert finalist is not None and finalist.time is not None
         shorter = [steps for steps in s.run_lengths if steps < finalist.steps]
         limit = self._time_limit()
-        if not shorter or (limit is not None and self.book.spent() + finalist.time > limit):
-            return
+        if not shorter or (limit is not None and self.book.spent() + finalist.time + self.T > limit):
+            return  # (the baseline's run on this seed comes after it)
         rule = CurveRule(self.eval_every, self.Q, self.higher, round(finalist.time / (1 + s.min_gain), 6))
         steps = max(shorter)
         (record,) = self.book.run([(finalist.config, seed, steps, rule)], "search")
@@ -408,17 +467,23 @@ class PrescriptionSearch:
                    is not None else record.stopped or "not reached")
             self.steps.append(f"{trial.name} on the finalist seed {seed}: {how}")
 
-    def _time_noise(self, *trials: Trial) -> float:
-        """The relative seed-to-seed spread of one run's time to the target (its coefficient of variation)."""
-        parts = []
-        times = [t.time for t in trials if t.time]
-        if len(times) > 1:
-            parts.append(statistics.variance([math.log(x) for x in times]))
-        for trial in (self.trials[0], *trials):
-            slope = self._slope(trial)
-            if slope and trial.time:
-                parts.append((self.noise / slope / trial.time) ** 2)
-        return max(0.03, math.sqrt(statistics.fmean(parts))) if parts else 0.1
+    def _time_noise(self, best: Trial, finalist: Trial, paired: Trial | None) -> tuple[float, int]:
+        """The relative seed-to-seed spread of one run's time to the target (its coefficient of variation), and its
+        degrees of freedom: a prior of :data:`PRIOR_CV` worth :data:`PRIOR_DF` seed pairs, pooled with the pairs
+        measured (the baseline on the two seeds, the pick on the two seeds), and at least the spread that the
+        validations' own noise gives the crossing of the target (the curves' noise over their slopes there)."""
+        variances, df = [PRIOR_CV ** 2] * PRIOR_DF, PRIOR_DF
+        for a, b in ((self.trials[0], paired), (best, finalist)):
+            if a is not None and b is not None and a.time and b.time:
+                variances.append(statistics.variance([math.log(a.time), math.log(b.time)]))
+                df += 1
+        jitter = []
+        for trial in (self.trials[0], best, finalist, paired):
+            slope = self._slope(trial) if trial is not None else None
+            if slope and trial is not None and trial.time:
+                jitter.append((self.noise / slope / trial.time) ** 2)
+        cv = math.sqrt(statistics.fmean(variances))
+        return (max(cv, math.sqrt(statistics.fmean(jitter))) if jitter else cv), df
 
     def _slope(self, trial: Trial) -> float | None:
         """How fast quality changes per unit of time where the run crosses the target (``None``: it does not)."""
