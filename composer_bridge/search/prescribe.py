@@ -23,10 +23,14 @@ soonest, at its length, so the user trains exactly the run that was measured.
    validation noise. If none is, the baseline at each shorter length: is the gain the shorter schedule itself?
 4. **The finalist seed.** The pick's run again on a seed no decision used, to the target (at most twice ``T`` or
    the budget left), and, with budget left, at the next shorter length on the same seed (kept if it reaches the
-   target sooner there). Its time, against ``T``, is the estimate (free of the winner's luck), with an interval
-   from the noise of the time to the target (the two seeds of the pick, and the validation noise of the
-   baseline's and the pick's curves against their slopes where they cross ``Q``). It is prescribed only if it is
-   sure enough (``confidence``) to beat the baseline; otherwise the prescription is the baseline at ``B``.
+   target sooner there); then the baseline at ``B`` on that seed, to the target. The pick's time against that
+   baseline's is the estimate: free of the winner's luck, of the user's run's seed luck and of the conditions that
+   run was timed in (a busier machine reads longer times). Its interval comes from the seed-to-seed spread of a
+   run's time to the target: a prior of 10 % worth two seed pairs, pooled with the pairs measured (the baseline's
+   two seeds, the pick's two seeds), never below what the validations' own noise gives, and widened by Student's
+   t for the few degrees of freedom. It is prescribed only if it is sure enough (``confidence``) to beat the
+   baseline; otherwise the prescription is the baseline at ``B``. The budget keeps the pick's run and, once a
+   candidate leads, the baseline's beside it aside.
 5. **Confirmation (optional).** The prescription and the baseline at ``B`` on ``confirm_seeds``, reported on
    its own: it is not part of the search's cost.
 
