@@ -305,13 +305,18 @@ class PrescriptionSearch:
     def _reserve(self) -> float:
         """The budget kept aside for the finalist seed: the pick's run (the best time so far) and, once a candidate
         leads, the baseline's run beside it on that seed (about ``T``)."""
-        best = self.best_time() or 0.0
-        leads = bool(self._pick().config) or self._pick().steps != self.B
-        return best + ((self.T or self.baseline_seconds) if leads else 0.0)
+        pick = self._pick()
+        leads = bool(pick.config) or pick.steps != self.B
+        return (self.best_time() or 0.0) + ((self.T or self.baseline_seconds) if leads else 0.0)
+
+    def _left(self) -> float:
+        """The time budget not yet spent (``math.inf``: no time budget)."""
+        limit = self._time_limit()
+        return limit - self.book.spent() if limit is not None else math.inf
 
     def _share(self, what: str, runs: int) -> float | None:
-        """Each of the next ``runs`` trials' share of the budget left (``None``: no time budget), the finalist's run
-        (the best time so far) kept aside; stops exploring when a share could not reach the first rung."""
+        """Each of the next ``runs`` trials' share of the budget left (``None``: no time budget), the finalist seed's
+        runs kept aside (:meth:`_reserve`); stops exploring when a share could not reach the first rung."""
         s = self.settings
         if s.max_fits is not None and len(self.book.search_fits) + runs + 1 > s.max_fits:
             raise BudgetExhausted(f"{s.max_fits} fits, in {what}")
@@ -384,8 +389,7 @@ class PrescriptionSearch:
             speed = (self.T or self.baseline_seconds) / best.time
             self.steps.append(f"no finalist seed: {best.name} prescribed on one seed's measurement ({speed:.2f}x)")
             return self._prescription(best.config, best.steps, speed, None, None, "one search seed, chosen on it")
-        limit = self._time_limit()
-        left = limit - self.book.spent() if limit is not None else math.inf
+        left = self._left()
         keep = min(self.T, left / 2)  # for the baseline's run beside it on the same seed
         rule = CurveRule(self.eval_every, self.Q, self.higher, round(min(2 * self.T, left - keep), 6))
         (record,) = self.book.run([(best.config, finalists[0], best.steps, rule)], "search")
@@ -404,10 +408,9 @@ class PrescriptionSearch:
         new = max(1, len(s.confirm_seeds) or 5)
         # the estimate's spread (two runs of one seed); the spread of the ratio of two medians of `new` seeds each
         sd_est, sd_new = math.sqrt(2) * cv, math.sqrt(math.pi / new) * cv
-        widen = t_quantile(0.95, df) / statistics.NormalDist().inv_cdf(0.95)  # the noise itself is estimated
-        sd = math.hypot(sd_est, sd_new) * widen
-        z = statistics.NormalDist().inv_cdf(0.95)
-        low, high = fresh * math.exp(-z * sd), fresh * math.exp(z * sd)
+        t = t_quantile(0.95, df)  # not the normal's: the noise itself is estimated
+        low, high = fresh * math.exp(-t * math.hypot(sd_est, sd_new)), fresh * math.exp(t * math.hypot(sd_est, sd_new))
+        widen = t / statistics.NormalDist().inv_cdf(0.95)
         self.estimate = Estimate(mean=fresh, low=low, high=high, raw=raw, confidence=0.9, noise_sd=cv,
                                  spread_sd=0.0, shrink=1.0, configurations=len(self.trials), new_seeds=new)
         sure = statistics.NormalDist().cdf(math.log(fresh) / (sd_est * widen)) if sd_est > 0 else float(fresh > 1)
@@ -432,8 +435,7 @@ class PrescriptionSearch:
         """The baseline at ``B`` on the finalist seed, to the target (at most twice ``T`` or the budget left): the
         pick's time is measured against it, so the user's run's seed luck and the conditions it was timed in (a
         busier machine, another day) do not enter the estimate. ``None``: no budget left for it."""
-        limit = self._time_limit()
-        left = limit - self.book.spent() if limit is not None else math.inf
+        left = self._left()
         if left <= self.rungs[0]:
             self.steps.append(f"no budget left for the baseline on the finalist seed {seed}: the pick is measured "
                               "against your baseline run")
@@ -482,9 +484,9 @@ class PrescriptionSearch:
                 variances.append(statistics.variance([math.log(a.time), math.log(b.time)]))
                 df += 1
         jitter = []
-        for trial in (self.trials[0], best, finalist, paired):
-            slope = self._slope(trial) if trial is not None else None
-            if slope and trial is not None and trial.time:
+        for trial in (t for t in (self.trials[0], best, finalist, paired) if t is not None and t.time):
+            slope = self._slope(trial)
+            if slope:
                 jitter.append((self.noise / slope / trial.time) ** 2)
         cv = math.sqrt(statistics.fmean(variances))
         return (max(cv, math.sqrt(statistics.fmean(jitter))) if jitter else cv), df
