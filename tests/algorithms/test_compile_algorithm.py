@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from helpers.support import L, assert_same_weights, quiet_trainer, weights_of
-from helpers.tolerances import assert_within, rounding_bound
+from helpers.tolerances import assert_float32_runs_near_float64
 from torch.utils.data import DataLoader, TensorDataset
 
 from composer_bridge import AlgorithmEngineCallback
@@ -98,11 +98,8 @@ def test_inductor_trains_like_eager() -> None:
     compiled, _, _ = fit([Compile()], steps=STEPS, module=SGDTokenModule())
     plain, _, _ = fit([], steps=STEPS, module=SGDTokenModule())
     exact, _, _ = fit([], steps=STEPS, module=SGDTokenModule(), precision="64-true")  # the reference, in float64
-    largest_move = max((exact_w - start[k].double()).abs().max().item() for k, exact_w in weights_of(exact).items())
-    for run, weights in (("inductor", weights_of(compiled)), ("eager", weights_of(plain))):
-        for name, reference in weights_of(exact).items():
-            bound = rounding_bound(REDUCTIONS, largest_move) + rounding_bound(STEPS, reference.abs())
-            assert_within(weights[name], reference, bound, f"{run} {name}")
+    assert_float32_runs_near_float64({"inductor": weights_of(compiled), "eager": weights_of(plain)}, weights_of(exact),
+                                     start, REDUCTIONS, STEPS)
 
 
 def test_a_module_without_submodules_is_refused_with_the_fix() -> None:

@@ -29,6 +29,29 @@ def assert_within(got: torch.Tensor, want: torch.Tensor, bound: float | torch.Te
 
 
 
+def assert_float32_runs_near_float64(runs: dict[str, dict[str, torch.Tensor]], exact: dict[str, torch.Tensor],
+                                     start: dict[str, torch.Tensor], reductions: int, steps: int) -> None:
+    """Each float32 run's weights within what rounding may move them of the same training in float64 (``exact``).
+
+    Two float32 runs of the same function computed another way (another vector width, a fused or compiled graph,
+    another formula of the same maths) round differently, so they are compared with a float64 run rather than with
+    each other. A step's gradient is a chain of float32 sums of about ``reductions`` terms end to end, each off by
+    at most its length x eps x the magnitudes summed; SGD moves a weight by the learning rate x its gradient, so a
+    weight is off by at most ``reductions`` x eps x the run's largest move (from ``start``), plus one ulp of the
+    weight a step.
+
+    Example:
+        >>> w = {"w": torch.ones(2, dtype=torch.float64)}
+        >>> assert_float32_runs_near_float64({"f32": {"w": torch.ones(2)}}, w, {"w": torch.zeros(2)}, 10, 1)
+    """
+    largest_move = max((weight.double() - start[name].double()).abs().max().item() for name, weight in exact.items())
+    for run, weights in runs.items():
+        for name, reference in exact.items():
+            bound = rounding_bound(reductions, largest_move) + rounding_bound(steps, reference.double().abs())
+            assert_within(weights[name], reference, bound, f"{run} {name}")
+
+
+
 def normalization_bound(x_max: torch.Tensor, xhat: torch.Tensor, sd: torch.Tensor, gamma: torch.Tensor,
                         beta: torch.Tensor, statistics_error: float, rounding: float) -> torch.Tensor:
     """Per element, the most ``y = gamma * xhat + beta``, ``xhat = (x - mean) / sd``, moves when computed another way.
