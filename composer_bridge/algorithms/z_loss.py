@@ -142,6 +142,9 @@ class ZLoss(Algorithm):
             Face's default). Set it to the ``ignore_index`` your loss uses.
         class_dim: where the classes are in a logits tensor: ``None`` (default) infers it from
             the targets' shape (dimension 1 as ``F.cross_entropy``, or the last one); ``1`` or ``-1``.
+            It describes a ComposerModule's outputs; for a plain LightningModule the bridge hands
+            over the logits as its loss call took them (classes along dimension 1) and reads none,
+            so a recipe's ``class_dim=-1`` works on both.
 
     Examples:
         >>> ZLoss()
@@ -223,6 +226,11 @@ class ZLoss(Algorithm):
                 return logits, target, -1
             return logits, self._target(state), -1
         target = self._target(state) if self.target_key is not None else None
+        if state.loss_source is not None:
+            # a plain module's loss call, as the bridge saw it: the logits as F.cross_entropy takes them, classes along
+            # dimension 1 ((B, T, C) logits viewed as (B*T, C) are laid out as (B, C, T)); class_dim describes a
+            # model's own outputs (a ComposerModule's), which a plain module's step never hands over
+            return outputs, target, 1
         return outputs, target, self._class_dim(outputs, target)
 
     def _target(self, state: State) -> torch.Tensor:

@@ -216,10 +216,13 @@ CASES = {
 }
 
 
+# class_dim=-1 as the language recipe ("muon-wsd") sets it: it describes a ComposerModule's (B, T, V) outputs; a plain
+# module's loss call hands the bridge (B*T, V) logits, which it lays out as (B, V, T), and it must not read -1 there
+@pytest.mark.parametrize("class_dim", [None, -1])
 @pytest.mark.parametrize("case", list(CASES))
-def test_training_with_zloss_equals_a_module_that_adds_the_z_loss_itself(case: str) -> None:
+def test_training_with_zloss_equals_a_module_that_adds_the_z_loss_itself(case: str, class_dim: int | None) -> None:
     module_class, loader = CASES[case]
-    callback = AlgorithmEngineCallback([ZLoss(coefficient=COEFFICIENT)])
+    callback = AlgorithmEngineCallback([ZLoss(coefficient=COEFFICIENT, class_dim=class_dim)])
     ours = fit(module_class(), loader(), [callback])
     hand = fit(module_class(add_z_loss=True), loader(), [])
     plain = fit(module_class(), loader(), [])
