@@ -284,3 +284,45 @@ def test_the_module_examples_run() -> None:
 
     result = doctest.testmod(recipes, optionflags=doctest.ELLIPSIS)
     assert result.attempted >= 8 and result.failed == 0
+
+
+def test_the_muon_wsd_recipe_trains_a_plain_language_module_whose_step_flattens_the_logits() -> None:
+    """A LightningModule written the usual way (``F.cross_entropy(logits.view(-1, V), y.view(-1))``, dict batches):
+    the recipe's ZLoss(class_dim=-1) describes a ComposerModule's (B, T, V) outputs, and on this module it must read
+    the logits as the step's loss call took them (it failed at the first step before)."""
+    import torch
+    import torch.nn.functional as F
+    from helpers.support import L, quiet_trainer
+    from torch.utils.data import DataLoader
+
+    from composer_bridge import AlgorithmEngineCallback, Event
+    from composer_bridge.models.gpt import GPT
+
+    vocab, block = 32, 16
+
+    class PlainGPT(L.LightningModule):
+        batch_keys = {"input_key": "input_ids", "target_key": "labels"}
+
+        def __init__(self) -> None:
+            super().__init__()
+            torch.manual_seed(0)
+            self.model = GPT(vocab_size=vocab, block_size=block, d_model=32, n_layers=1, n_heads=2)
+
+        def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+            logits = self.model(batch["input_ids"])
+            return F.cross_entropy(logits.view(-1, logits.size(-1)), batch["labels"].view(-1))
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.AdamW(self.parameters(), lr=1e-3)
+
+    g = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, vocab, (8, block + 1), generator=g)
+    batches = [{"input_ids": tokens[i:i + 4, :-1].clone(), "labels": tokens[i:i + 4, 1:].clone()} for i in (0, 4)]
+    callback = AlgorithmEngineCallback(recipes.language("muon-wsd", max_seq_length=block))
+    model = PlainGPT()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        quiet_trainer(max_steps=2, callbacks=[callback]).fit(model, DataLoader(batches, batch_size=None))
+    applied = {(t.name, t.event) for step in callback.traces for t in callback.traces[step]}
+    assert ("ZLoss", Event.AFTER_LOSS) in applied  # its term added to the step's loss
+    assert all(torch.isfinite(p).all() for p in model.parameters())
