@@ -28,7 +28,6 @@ def assert_within(got: torch.Tensor, want: torch.Tensor, bound: float | torch.Te
     assert (off <= bound).all(), f"{what}: off by {off.max():.3g}, {(off / bound).max():.3g} x the bound"
 
 
-
 def assert_float32_runs_near_float64(runs: dict[str, dict[str, torch.Tensor]], exact: dict[str, torch.Tensor],
                                      start: dict[str, torch.Tensor], reductions: int, steps: int) -> None:
     """Each float32 run's weights within what rounding may move them of the same training in float64 (``exact``).
@@ -49,7 +48,6 @@ def assert_float32_runs_near_float64(runs: dict[str, dict[str, torch.Tensor]], e
         for name, reference in exact.items():
             bound = rounding_bound(reductions, largest_move) + rounding_bound(steps, reference.double().abs())
             assert_within(weights[name], reference, bound, f"{run} {name}")
-
 
 
 def normalization_bound(x_max: torch.Tensor, xhat: torch.Tensor, sd: torch.Tensor, gamma: torch.Tensor,
