@@ -63,6 +63,20 @@ class Candidate:
                              f"Choose one of {sorted(names)}.")
         return cls
 
+    @property
+    def pays_late(self) -> bool:
+        """Whether its gain shows only late in a run: it averages the weights (EMA, SWA: the average lags the
+        weights early on) or owns the learning-rate schedule (WarmupStableDecay holds the peak rate until its
+        decay; ScheduleFree evaluates an average). The prescription search judges such a candidate first at its
+        last rung, not its first.
+
+        Examples:
+            >>> Candidate("EMA").pays_late, Candidate("WarmupStableDecay").pays_late, Candidate("MixUp").pays_late
+            (True, True, False)
+        """
+        cls = self.algorithm_class()
+        return bool(cls.averages_weights or cls.owns_schedule)
+
     def scaled_kwargs(self, total_steps: int) -> dict[str, Any]:
         """The arguments for a run of ``total_steps`` optimizer steps."""
         return recipes.scale_to_run(self.algorithm, dict(self.kwargs), total_steps)

@@ -13,11 +13,13 @@ soonest, at its length, so the user trains exactly the run that was measured.
    at ``B``, two at a time, for at most ``T/3`` of training (the last rung). Each is raced against what is known
    when it starts: it stops once it reaches ``Q`` (its time is known), once it has trained the best time so far
    (less ``min_gain``) without reaching ``Q`` (it cannot win), at its share of the budget left (the finalist's run
-   kept aside), or at the first rung (``T/12``) if its quality there is below the bar: the worst of the best
+   kept aside), or at a rung (``T/12``, ``T/3``) if its quality there is below the bar: the worst of the best
    quarter of the qualities the runs before it had there, the baseline's included (ASHA's promotion rule, read
    at equal training time rather than at equal steps, since methods differ in their cost per step). A run that
    clears the rung trains on: nothing is retrained. Qualities at a rung are read between a run's validations at
-   the rung's time exactly.
+   the rung's time exactly. A configuration whose gain shows only late (one that averages the weights or owns
+   the schedule: :attr:`~composer_bridge.search.candidates.Candidate.pays_late`) is judged at the last rung
+   alone: an average lags the weights it averages early in a run, so the first rung would stop it before it pays.
 3. **The pick.** The run that reached ``Q`` soonest, if one beat the baseline's time; else the one with the best
    quality at the last rung, if it is ahead of the baseline's quality there by more than the baseline curve's
    validation noise. If none is, the baseline at each shorter length: is the gain the shorter schedule itself?
@@ -211,15 +213,17 @@ class PrescriptionSearch:
     def _trial(self, config: Config, steps: int, seed: int, record: FitRecord, phase: str = "search") -> Trial:
         return Trial(config, steps, seed, record, phase, self.Q, self.higher)
 
-    def _rule(self, share: float | None = None) -> CurveRule:
+    def _rule(self, share: float | None = None, late: bool = False) -> CurveRule:
         """The rule a trial started now runs under: the target, the time it must beat (or its ``share`` of the
-        budget left, if less), the rungs' bars."""
+        budget left, if less), the rungs' bars (a ``late`` payer's: the last rung's alone)."""
         best = self.best_time()
         limit = best / (1 + self.settings.min_gain) if best is not None else self.baseline_seconds
         if share is not None:
             limit = min(limit, share)
         gates = []
         for i, at in enumerate(self.rungs):
+            if late and i < len(self.rungs) - 1:
+                continue
             values = sorted(self.rung_values.get(i, []), reverse=self.higher)
             if values:
                 gates.append((round(at, 6), round(values[math.ceil(len(values) / ETA) - 1], 6)))
@@ -251,10 +255,15 @@ class PrescriptionSearch:
         return self.best_trial().time
 
     def _record_rungs(self, trial: Trial) -> None:
-        """A run's quality at each rung it trained past, read between its validations at the rung's time exactly
-        (as the baseline's is), so runs validated at other moments compare fairly."""
+        """A run's quality at each rung it trained past and was judged at, read between its validations at the
+        rung's time exactly (as the baseline's is), so runs validated at other moments compare fairly. A late
+        payer's quality at the rungs it skips is left out: it was not judged there, and its lag would lower
+        the bars the others meet."""
         curve = [(t, q) for _, t, q in trial.points]
+        late = self.settings.pays_late(trial.config)
         for i, at in enumerate(self.rungs):
+            if late and i < len(self.rungs) - 1:
+                continue
             if curve and curve[-1][0] >= at:
                 value = quality_at(curve, at)
                 self.rung_values.setdefault(i, []).append(value)
@@ -270,8 +279,9 @@ class PrescriptionSearch:
         for start in range(0, len(wanted), WAVE):
             chunk = wanted[start:start + WAVE]
             stops = [x for x in (self._share(what, len(chunk)), cap) if x is not None]
-            rule = self._rule(min(stops) if stops else None)
-            records = self.book.run([(config, seed, steps, rule) for config, steps in chunk], "search")
+            share = min(stops) if stops else None
+            records = self.book.run([(config, seed, steps, self._rule(share, self.settings.pays_late(config)))
+                                     for config, steps in chunk], "search")
             before = self.best_time()
             trials = [self._trial(config, steps, seed, record) for (config, steps), record in zip(chunk, records,
                                                                                                   strict=True)]

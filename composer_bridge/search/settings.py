@@ -102,6 +102,10 @@ class SearchSettings:
         """The algorithm classes of a configuration's candidates (``{"MixUp", "EMA"}``)."""
         return {self.candidate(label).algorithm for label in config}
 
+    def pays_late(self, config: Iterable[str]) -> bool:
+        """Whether a configuration holds a candidate whose gain shows only late (:attr:`Candidate.pays_late`)."""
+        return any(self.candidate(label).pays_late for label in config)
+
     def config(self, labels: Iterable[str]) -> tuple[str, ...]:
         """The configuration of these labels: in candidate order, so one set of labels has one key."""
         order = [c.label for c in self.candidates]

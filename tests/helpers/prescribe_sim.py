@@ -31,6 +31,7 @@ class Truth:
     speed: float = 1.0  #: progress per step, relative to the baseline
     cost: float = 1.0  #: seconds per step, relative to the baseline
     late: float = 0.0  #: quality lost early and gained back (and more) in the schedule's last fifth
+    lag: float = 0.0  #: quality lost at the start, gone by a third of the run (an average lagging the weights)
     plateau: float = 0.0  #: added to the plateau quality
 
 
@@ -49,7 +50,7 @@ class Model:
         parts = [self.truths.get(label, Truth()) for label in config]
         speed = math.prod(p.speed for p in parts)
         return Truth(speed=speed, cost=math.prod(p.cost for p in parts), late=sum(p.late for p in parts),
-                     plateau=sum(p.plateau for p in parts))
+                     lag=sum(p.lag for p in parts), plateau=sum(p.plateau for p in parts))
 
     def points(self, config: tuple[str, ...], seed: int, steps: int, eval_every: int) -> list[tuple[int, float, float]]:
         t = self.truth(config)
@@ -64,6 +65,7 @@ class Model:
             progress = rate * steps * (fraction - 0.5 * fraction ** 2 + 0.6 * fraction ** 4)
             quality = (0.9 + t.plateau) * (1 - math.exp(-progress / self.horizon))
             quality += t.late * (-(1 - fraction) + 2.5 * max(0.0, fraction - 0.8))
+            quality -= t.lag * math.exp(-fraction / 0.15)
             quality += validation.gauss(0, self.validation_sd)
             out.append((step, round(step * self.base_seconds * t.cost, 6), quality))
         return out
@@ -114,7 +116,9 @@ class SimExecutor:
         self._queue.clear()
 
 
-def candidates(labels) -> tuple[Candidate, ...]:
-    """Neutral candidates with these labels (GradientClipping under other names: the model decides what they do)."""
-    return tuple(Candidate("GradientClipping", {"clipping_type": "norm", "clipping_threshold": 1.0}, name=label)
+def candidates(labels, averaging=()) -> tuple[Candidate, ...]:
+    """Candidates with these labels: GradientClipping under other names, or EMA for those in ``averaging`` (a
+    method that declares its gain shows late); the model decides what they do."""
+    return tuple(Candidate("EMA", {"half_life": "100ba"}, name=label) if label in averaging else
+                 Candidate("GradientClipping", {"clipping_type": "norm", "clipping_threshold": 1.0}, name=label)
                  for label in labels)

@@ -150,6 +150,27 @@ def test_a_late_payer_is_measured_at_its_own_length_not_credited_from_a_shorter_
         assert _heldout_time(model, ("late",), prescription.steps, search.Q, 7) is not None
 
 
+def test_a_method_whose_average_lags_early_is_judged_at_the_last_rung_and_prescribed() -> None:
+    # like EMA on the workloads benchmark: behind the baseline at the first rung (its average lags the weights),
+    # ahead from the last rung on, and faster to the target
+    model = Model({"avg": Truth(speed=1.3, lag=0.4), "a": Truth()})
+    executor = SimExecutor(model)
+    settings = _settings(["a", "avg"], candidates=candidates(["a", "avg"], averaging=("avg",)))
+    search = PrescriptionSearch(settings, RunBook(settings, SearchState(None, {}), executor), eval_every=10)
+    prescription = search.run()
+    assert [c.label for c in prescription.algorithms] == ["avg"]
+    run = next(r for r in search.book.search_fits if r.config == ["avg"] and r.seed == 0)
+    assert not (run.stopped or "").startswith("pruned")
+    # its lagging quality at the first rung is not one of the bars the others meet there
+    assert len(search.rung_values[0]) == len(search.rung_values[1]) - 1
+    # the same method declared as one that pays at once (the rule every other candidate runs under) is stopped at
+    # the first rung, so it is never measured to the target
+    _, plain, executor = _search(model, ["a", "avg"])
+    assert "avg" not in [c.label for c in plain.algorithms]
+    stopped = next(t for t in executor.trained if t[0] == ("avg",))
+    assert stopped[3] < search.rungs[1]
+
+
 def test_the_interval_covers_the_held_out_speed_up_on_most_simulated_tasks() -> None:
     covered = picks = 0
     for task in range(24):
