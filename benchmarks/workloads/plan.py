@@ -62,7 +62,7 @@ class Settings:
 
 
 #: the prescription search's current revision (a new one trains its searches again; the older records stay)
-PRESCRIBE_REVISION = "late-payers"
+PRESCRIBE_REVISION = "late-payers-2"
 
 
 @dataclass(frozen=True)

@@ -255,15 +255,12 @@ class PrescriptionSearch:
         return self.best_trial().time
 
     def _record_rungs(self, trial: Trial) -> None:
-        """A run's quality at each rung it trained past and was judged at, read between its validations at the
-        rung's time exactly (as the baseline's is), so runs validated at other moments compare fairly. A late
-        payer's quality at the rungs it skips is left out: it was not judged there, and its lag would lower
-        the bars the others meet."""
+        """A run's quality at each rung it trained past, read between its validations at the rung's time exactly
+        (as the baseline's is), so runs validated at other moments compare fairly. A late payer's counts at the
+        rungs it skips too: the bar is set by every run that reached the rung (a late payer fast early, such as
+        Muon with its decay at the end, raises it)."""
         curve = [(t, q) for _, t, q in trial.points]
-        late = self.settings.pays_late(trial.config)
         for i, at in enumerate(self.rungs):
-            if late and i < len(self.rungs) - 1:
-                continue
             if curve and curve[-1][0] >= at:
                 value = quality_at(curve, at)
                 self.rung_values.setdefault(i, []).append(value)

@@ -161,8 +161,6 @@ def test_a_method_whose_average_lags_early_is_judged_at_the_last_rung_and_prescr
     assert [c.label for c in prescription.algorithms] == ["avg"]
     run = next(r for r in search.book.search_fits if r.config == ["avg"] and r.seed == 0)
     assert not (run.stopped or "").startswith("pruned")
-    # its lagging quality at the first rung is not one of the bars the others meet there
-    assert len(search.rung_values[0]) == len(search.rung_values[1]) - 1
     # the same method declared as one that pays at once (the rule every other candidate runs under) is stopped at
     # the first rung, so it is never measured to the target
     _, plain, executor = _search(model, ["a", "avg"])
