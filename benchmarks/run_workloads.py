@@ -188,7 +188,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
     return Settings(configs=tuple(args.configs) if args.configs else None, search=not args.no_search,
                     search_workloads=tuple(args.search_on) if args.search_on else None, proxy_fraction=proxy,
                     heldout_seeds=tuple(range(1000, 1000 + getattr(args, "heldout_seeds", 5))),
-                    **{k: v for k, v in METHODS[method].items()})
+                    **{**METHODS[method], **({"search_budget_runs": args.search_budget_runs}
+                                             if getattr(args, "search_budget_runs", None) else {})})
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -203,6 +204,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         help="the search's method: prescribe (the default) or halving (the greedy search of before)")
     parser.add_argument("--proxy-fraction", type=float, default=0.25,
                         help="the proxy search's share of every run length (the published results: 0.25)")
+    parser.add_argument("--search-budget-runs", type=float, default=None, metavar="RUNS",
+                        help="the search's budget in runs of B (default: the method's, 3 for prescribe)")
     parser.add_argument("--executor", choices=("ray", "local"), default="ray")
     parser.add_argument("--workers", type=int, default=2, help="with --executor ray: tasks at once, one CPU each")
     parser.add_argument("--out", default="outputs/workloads")
