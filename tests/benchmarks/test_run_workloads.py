@@ -136,3 +136,16 @@ def test_every_workload_trains_as_a_plain_lightning_module_and_logs_its_metric(n
     a, b = next(iter(first[1])), next(iter(other[1]))
     flat = lambda batch: [t for t in (batch.values() if isinstance(batch, dict) else batch) if isinstance(t, torch.Tensor)]  # noqa: E731
     assert all(torch.equal(x, y) for x, y in zip(flat(a), flat(b), strict=True))
+
+
+def test_the_search_budget_option_sets_the_searches_budget() -> None:
+    import argparse
+
+    def settings(budget):
+        return bench.settings_from(argparse.Namespace(
+            configs=None, no_search=False, search_on=None, proxy_fraction=0.25, heldout_seeds=5, dry_run=False,
+            search_method="prescribe", search_budget_runs=budget))
+
+    default, doubled = settings(None), settings(6.0)
+    assert default.search_budget_runs == 3.0 and doubled.search_budget_runs == 6.0
+    assert doubled.search_lengths == default.search_lengths  # only the budget changes
