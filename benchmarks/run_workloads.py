@@ -185,11 +185,12 @@ def settings_from(args: argparse.Namespace) -> Settings:
                                                                                  "clipping_threshold": 1.0})],
                                        "starting_recipes": {},
                                        "max_fits": 12})
+    method_settings = dict(METHODS[method])
+    if getattr(args, "search_budget_runs", None):
+        method_settings["search_budget_runs"] = args.search_budget_runs
     return Settings(configs=tuple(args.configs) if args.configs else None, search=not args.no_search,
                     search_workloads=tuple(args.search_on) if args.search_on else None, proxy_fraction=proxy,
-                    heldout_seeds=tuple(range(1000, 1000 + getattr(args, "heldout_seeds", 5))),
-                    **{**METHODS[method], **({"search_budget_runs": args.search_budget_runs}
-                                             if getattr(args, "search_budget_runs", None) else {})})
+                    heldout_seeds=tuple(range(1000, 1000 + getattr(args, "heldout_seeds", 5))), **method_settings)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
