@@ -9,30 +9,31 @@ soonest, at its length, so the user trains exactly the run that was measured.
    search seed, validated every ``eval_every`` steps, or the user's own such run (``baseline_run``: read, not
    trained). The target ``Q`` is ``target`` if given, else that run's best validation; ``T`` is its time to
    ``Q``. One such run is the cost's unit.
-2. **Successive halving at equal training time, on runs that go on.** Every starting recipe and candidate runs
-   at ``B``, two at a time, for at most ``T/3`` of training (the last rung). Each is raced against what is known
-   when it starts: it stops once it reaches ``Q`` (its time is known), once it has trained the best time so far
-   (less ``min_gain``) without reaching ``Q`` (it cannot win), at its share of the budget left (the finalist's run
-   kept aside), or at a rung (``T/12``, ``T/3``) if its quality there is below the bar: the worst of the best
-   quarter of the qualities the runs before it had there, the baseline's included (ASHA's promotion rule, read
-   at equal training time rather than at equal steps, since methods differ in their cost per step). A run that
-   clears the rung trains on: nothing is retrained. Qualities at a rung are read between a run's validations at
-   the rung's time exactly. A configuration whose gain shows only late (one that averages the weights or owns
-   the schedule: :attr:`~composer_bridge.search.candidates.Candidate.pays_late`) is judged at the last rung
-   alone: an average lags the weights it averages early in a run, so the first rung would stop it before it pays.
+2. **Successive halving at equal training time, on runs that go on, on another seed.** The candidates race on a
+   seed of their own (the first finalist seed, else the second search seed), so your run's seed makes no choice:
+   first the baseline there, to the last rung, then every starting recipe and candidate at ``B``, two at a time,
+   for at most ``T/3`` of training (the last rung). Each is raced against what is known when it starts: it stops
+   once it reaches ``Q`` (its time is known), once it has trained the best time so far (less ``min_gain``)
+   without reaching ``Q`` (it cannot win), at its share of the budget left (the pick's run kept aside), or at a
+   rung (``T/12``, ``T/3``) if its quality there is below the bar: the worst of the best quarter of the qualities
+   the runs before it had there on the race seed, the baseline's included (ASHA's promotion rule, read at equal
+   training time rather than at equal steps, since methods differ in their cost per step). A run that clears the
+   rung trains on: nothing is retrained. Qualities at a rung are read between a run's validations at the rung's
+   time exactly. A configuration whose gain shows only late (one that averages the weights or owns the schedule:
+   :attr:`~composer_bridge.search.candidates.Candidate.pays_late`) is judged at the last rung alone: an average
+   lags the weights it averages early in a run, so the first rung would stop it before it pays.
 3. **The pick.** The run that reached ``Q`` soonest, if one beat the baseline's time; else the one with the best
-   quality at the last rung, if it is ahead of the baseline's quality there by more than the baseline curve's
+   quality at the last rung, if it is ahead of the race seed's baseline there by more than the baseline curve's
    validation noise. If none is, the baseline at each shorter length: is the gain the shorter schedule itself?
-4. **The finalist seed.** The pick's run again on a seed no decision used, to the target (at most twice ``T`` or
-   the budget left), and, with budget left, at the next shorter length on the same seed (kept if it reaches the
-   target sooner there); then the baseline at ``B`` on that seed, to the target. The pick's time against that
-   baseline's is the estimate: free of the winner's luck, of the user's run's seed luck and of the conditions that
-   run was timed in (a busier machine reads longer times). Its interval comes from the seed-to-seed spread of a
-   run's time to the target: a prior of 10 % worth two seed pairs, pooled with the pairs measured (the baseline's
-   two seeds, the pick's two seeds), never below what the validations' own noise gives, and widened by Student's
-   t for the few degrees of freedom. It is prescribed only if it is sure enough (``confidence``) to beat the
-   baseline; otherwise the prescription is the baseline at ``B``. The budget keeps the pick's run and, once a
-   candidate leads, the baseline's beside it aside.
+4. **The pick on your run's seed.** The pick's run on the seed of your baseline run, which chose nothing, to the
+   target (at most twice ``T`` or the budget left), and, with budget left, at the next shorter length on the same
+   seed (kept if it reaches the target sooner there). Its time against your run's ``T`` is the estimate: the two
+   runs share the seed's luck, and the comparison costs no baseline run (a given run is timed again beside the
+   pick when the budget left holds it, since it may have been timed on a busier machine). Its interval comes from
+   the seed-to-seed spread of a run's time to the target: a prior of 10 % worth two seed pairs, pooled with the
+   pairs measured, never below what the validations' own noise gives, and widened by Student's t for the few
+   degrees of freedom. It is prescribed only if it is sure enough (``confidence``) to beat the baseline;
+   otherwise the prescription is the baseline at ``B``. The budget keeps the pick's run aside.
 5. **Confirmation (optional).** The prescription and the baseline at ``B`` on ``confirm_seeds``, reported on
    its own: it is not part of the search's cost.
 
@@ -201,6 +202,8 @@ class PrescriptionSearch:
         self.rung_values: dict[int, list[float]] = {}
         self.cleared: dict[tuple[Config, int], float] = {}  # trials that cleared the last rung: quality there
         self.finalist: Trial | None = None
+        self.race_seed: int = settings.search_seeds[0]  #: the seed the candidates race on (set by :meth:`run`)
+        self.race_base: Trial | None = None  #: the baseline on the race seed, to the last rung
         self.confirmed_trials: list[Trial] = []
         self.estimate: Estimate | None = None
 
@@ -268,9 +271,9 @@ class PrescriptionSearch:
                     self.cleared[(trial.config, trial.steps)] = value
 
     def _wave(self, wanted: Sequence[tuple[Config, int]], what: str, cap: float | None = None) -> None:
-        """Run ``wanted`` (configuration, length) on the first search seed, :data:`WAVE` at a time, each for at
+        """Run ``wanted`` (configuration, length) on the race seed, :data:`WAVE` at a time, each for at
         most ``cap`` of training."""
-        seed = self.settings.search_seeds[0]
+        seed = self.race_seed
         done = {(t.config, t.steps) for t in self.trials}
         wanted = [w for w in wanted if w not in done]
         for start in range(0, len(wanted), WAVE):
@@ -310,11 +313,10 @@ class PrescriptionSearch:
         return min(limits) if limits else None
 
     def _reserve(self) -> float:
-        """The budget kept aside for the finalist seed: the pick's run (the best time so far) and, once a candidate
-        leads, the baseline's run beside it on that seed (about ``T``)."""
-        pick = self._pick()
-        leads = bool(pick.config) or pick.steps != self.B
-        return (self.best_time() or 0.0) + ((self.T or self.baseline_seconds) if leads else 0.0)
+        """The budget kept aside for the pick's run on your run's seed: the best time so far (your run's ``T`` until
+        a candidate reaches the target sooner). Its baseline is your run itself, on the same seed: nothing more is
+        kept for it."""
+        return self.best_time() or self.baseline_seconds
 
     def _left(self) -> float:
         """The time budget not yet spent (``math.inf``: no time budget)."""
@@ -367,7 +369,10 @@ class PrescriptionSearch:
             f"reaches the target {self.Q:.4g} at {self.T:.3g} {s.unit}" if self.T is not None else
             f"does not reach the target {self.Q:.4g} in {self.baseline_seconds:.3g} {s.unit} (speed-ups are lower bounds)")
             + f"; validation noise {self.noise:.3g}")
+        others = list(s.finalist_seeds) or list(s.search_seeds[1:2])
         try:
+            if others:
+                self._race_baseline(others[0])
             # every candidate and published recipe to the last rung at most: the ranking there picks the one the
             # finalist seed measures to the target (a run that reaches it sooner is ranked by its time)
             starts = [(labels, self.B) for labels in s.starting_recipes.values()]
@@ -381,33 +386,48 @@ class PrescriptionSearch:
             self.steps.append(f"budget spent ({stop}): the search stops exploring")
         return self._finalise()
 
+    def _race_baseline(self, seed: int) -> None:
+        """The baseline at ``B`` on the race seed, to the last rung (or the target, if sooner): the candidates race on
+        that seed, so your run's seed has made no choice when the pick is measured on it. Its qualities at the rungs
+        are the bars' first values, in place of your run's (a rung compares runs that share a seed's luck)."""
+        if self._left() <= self.rungs[-1]:
+            raise BudgetExhausted(f"no budget for the baseline on the race seed {seed}")
+        rule = CurveRule(self.eval_every, self.Q, self.higher, round(self.rungs[-1], 6))
+        (record,) = self.book.run([((), seed, self.B, rule)], "search")
+        self.race_seed = seed
+        self.race_base = trial = self._trial((), self.B, seed, record)
+        curve = [(t, q) for _, t, q in trial.points]
+        for i, at in enumerate(self.rungs):
+            self.rung_values[i] = [quality_at(curve, at)]
+        self.steps.append(f"baseline @ {self.B} steps on the race seed {seed}, to the last rung ({self.rungs[-1]:.3g} "
+                          f"{self.settings.unit}): the candidates race on this seed")
+
     def _finalise(self) -> Prescription:
         s, best = self.settings, self._pick()
-        finalists = list(s.finalist_seeds) or list(s.search_seeds[1:2])
+        seed = s.search_seeds[0]  # your run's seed: the pick is measured there, beside your run
         baseline = self._prescription((), self.B, 1.0, None, None, "the baseline run itself")
         if not best.config and best.steps == self.B:
             self.steps.append("nothing reached the target sooner than the baseline: prescribe the baseline")
             return baseline
-        if (not finalists or self.T is None) and not best.time:
-            why = "the baseline run does not reach the target" if self.T is None else "no finalist seed"
+        fresh_seed = self.race_seed != seed  # the candidates raced on another seed: yours made no choice
+        if (not fresh_seed or self.T is None) and not best.time:
+            why = "the baseline run does not reach the target" if self.T is None else "no second seed to race on"
             self.steps.append(f"{best.name} cannot be measured against the baseline ({why}): prescribe the baseline")
             return baseline
-        if not finalists or self.T is None:
+        if not fresh_seed or self.T is None:
             speed = (self.T or self.baseline_seconds) / best.time
-            self.steps.append(f"no finalist seed: {best.name} prescribed on one seed's measurement ({speed:.2f}x)")
+            self.steps.append(f"no second seed: {best.name} prescribed on one seed's measurement ({speed:.2f}x)")
             return self._prescription(best.config, best.steps, speed, None, None, "one search seed, chosen on it")
-        left = self._left()
-        keep = min(self.T, left / 2)  # for the baseline's run beside it on the same seed
-        rule = CurveRule(self.eval_every, self.Q, self.higher, round(min(2 * self.T, left - keep), 6))
-        (record,) = self.book.run([(best.config, finalists[0], best.steps, rule)], "search")
-        self.finalist = first = self._trial(best.config, best.steps, finalists[0], record)
+        rule = CurveRule(self.eval_every, self.Q, self.higher, round(min(2 * self.T, self._left()), 6))
+        (record,) = self.book.run([(best.config, seed, best.steps, rule)], "search")
+        self.finalist = first = self._trial(best.config, best.steps, seed, record)
         self.confirmed_trials.append(self.finalist)  # reported beside the others; never a candidate for the best
         if self.finalist.time is None:
-            self.steps.append(f"{best.name} on the finalist seed {finalists[0]}: not reached within twice the "
-                              "baseline's time (or the budget left): prescribe the baseline")
+            self.steps.append(f"{best.name} on your run's seed {seed}: not reached within twice the baseline's time "
+                              "(or the budget left): prescribe the baseline")
             return baseline
-        self._shorter_on_finalist_seed(finalists[0])
-        paired = self._baseline_on(finalists[0])
+        self._shorter_on_finalist_seed(seed)
+        paired = self._baseline_again(seed)
         base_time = paired.time if paired is not None else None
         raw = self.T / best.time if best.time else math.nan
         fresh = (base_time or self.T) / self.finalist.time
@@ -421,31 +441,31 @@ class PrescriptionSearch:
         self.estimate = Estimate(mean=fresh, low=low, high=high, raw=raw, confidence=0.9, noise_sd=cv,
                                  spread_sd=0.0, shrink=1.0, configurations=len(self.trials), new_seeds=new)
         sure = statistics.NormalDist().cdf(math.log(fresh) / (sd_est * widen)) if sd_est > 0 else float(fresh > 1)
-        against = (f"the baseline's run on the same seed ({base_time:.3g} {s.unit})" if base_time is not None else
-                   f"your baseline run on seed {s.search_seeds[0]} (the baseline on seed {finalists[0]} did not reach "
-                   "the target in the budget left)")
+        against = (f"the baseline's run again on that seed ({base_time:.3g} {s.unit})" if base_time is not None else
+                   f"your baseline run ({self.T:.3g} {s.unit})")
         if s.confidence and (fresh <= 1 + s.min_gain or sure < s.confidence):
-            self.steps.append(f"{self.finalist.name} on the finalist seed {finalists[0]}: {fresh:.2f}x against "
-                              f"{against}, {100 * sure:.0f} % sure it beats the baseline ({100 * s.confidence:g} % "
-                              "needed): prescribe the baseline")
+            self.steps.append(f"{self.finalist.name} on your run's seed {seed}: {fresh:.2f}x against {against}, "
+                              f"{100 * sure:.0f} % sure it beats the baseline ({100 * s.confidence:g} % needed): "
+                              "prescribe the baseline")
             return baseline
-        chosen = (f"{raw:.2f}x on the seed it was chosen on" if math.isfinite(raw) else
-                  "chosen by its quality at the last rung")
-        self.steps.append(f"{self.finalist.name} on the finalist seed {finalists[0]}: {fresh:.2f}x against {against} "
+        chosen = (f"{raw:.2f}x on the race seed {self.race_seed}" if math.isfinite(raw) else
+                  f"chosen by its quality at the last rung on the race seed {self.race_seed}")
+        self.steps.append(f"{self.finalist.name} on your run's seed {seed}: {fresh:.2f}x against {against} "
                           f"({chosen}), {100 * sure:.0f} % sure it beats the baseline: prescribed")
-        measured = (f"its run on the finalist seed {finalists[0]} against the baseline's on that seed" if base_time
-                    is not None else f"its run on the finalist seed {finalists[0]} against the baseline's on seed "
-                    f"{s.search_seeds[0]}")
+        measured = (f"its run on seed {seed} against the baseline's run again on that seed" if base_time is not None
+                    else f"its run on seed {seed} against your baseline run on that seed")
         return self._prescription(best.config, self.finalist.steps, fresh, low, high, measured)
 
-    def _baseline_on(self, seed: int) -> Trial | None:
-        """The baseline at ``B`` on the finalist seed, to the target (at most twice ``T`` or the budget left): the
-        pick's time is measured against it, so the user's run's seed luck and the conditions it was timed in (a
-        busier machine, another day) do not enter the estimate. ``None``: no budget left for it."""
+    def _baseline_again(self, seed: int) -> Trial | None:
+        """Your baseline run again on its seed, to the target, when it was given (timed elsewhere: a busier machine,
+        another day) and the budget left holds it (``T``): the pick's time is then measured against times taken
+        beside it. ``None``: your run itself is the baseline (the search trained it, or no budget is left)."""
+        if self.baseline_run is None:
+            return None
         left = self._left()
-        if left <= self.rungs[0]:
-            self.steps.append(f"no budget left for the baseline on the finalist seed {seed}: the pick is measured "
-                              "against your baseline run")
+        if self.T is None or left < self.T:
+            self.steps.append(f"no budget left to time the baseline again on seed {seed}: the pick is measured "
+                              "against your run as given")
             return None
         rule = CurveRule(self.eval_every, self.Q, self.higher, round(min(2 * self.T, left), 6))
         (record,) = self.book.run([((), seed, self.B, rule)], "search")
@@ -453,7 +473,7 @@ class PrescriptionSearch:
         self.confirmed_trials.append(trial)
         how = (f"reaches the target at {trial.time:.3g} {self.settings.unit}" if trial.time is not None else
                record.stopped or "does not reach the target")
-        self.steps.append(f"baseline @ {self.B} steps on the finalist seed {seed}: {how}")
+        self.steps.append(f"baseline @ {self.B} steps on seed {seed} again (your run timed beside the pick): {how}")
         return trial
 
     def _shorter_on_finalist_seed(self, seed: int) -> None:
@@ -463,8 +483,8 @@ class PrescriptionSearch:
         assert finalist is not None and finalist.time is not None
         shorter = [steps for steps in s.run_lengths if steps < finalist.steps]
         limit = self._time_limit()
-        if not shorter or (limit is not None and self.book.spent() + finalist.time + self.T > limit):
-            return  # (the baseline's run on this seed comes after it)
+        if not shorter or (limit is not None and self.book.spent() + finalist.time > limit):
+            return
         rule = CurveRule(self.eval_every, self.Q, self.higher, round(finalist.time / (1 + s.min_gain), 6))
         steps = max(shorter)
         (record,) = self.book.run([(finalist.config, seed, steps, rule)], "search")
@@ -472,13 +492,13 @@ class PrescriptionSearch:
         self.confirmed_trials.append(trial)
         # a run may reach the target at the first validation past the time it had to beat: that is not sooner
         if trial.time is not None and trial.time * (1 + s.min_gain) < finalist.time:
-            self.steps.append(f"{trial.name} on the finalist seed {seed}: reached at {trial.time:.3g} {s.unit}, sooner "
+            self.steps.append(f"{trial.name} on seed {seed}: reached at {trial.time:.3g} {s.unit}, sooner "
                               f"than at {finalist.steps} steps ({finalist.time:.3g}): the shorter run is the finalist")
             self.finalist = trial
         else:
             how = (f"reached at {trial.time:.3g} {s.unit}, not sooner than at {finalist.steps} steps" if trial.time
                    is not None else record.stopped or "not reached")
-            self.steps.append(f"{trial.name} on the finalist seed {seed}: {how}")
+            self.steps.append(f"{trial.name} on seed {seed}: {how}")
 
     def _time_noise(self, best: Trial, finalist: Trial, paired: Trial | None) -> tuple[float, int]:
         """The relative seed-to-seed spread of one run's time to the target (its coefficient of variation), and its
@@ -539,7 +559,8 @@ class PrescriptionSearch:
 
     def curves(self) -> list[CurveResult]:
         out = []
-        for t in [*self.trials, *self.confirmed_trials]:
+        race = [self.race_base] if self.race_base is not None else []
+        for t in [*self.trials, *race, *self.confirmed_trials]:
             status = ("baseline" if not t.config and t.steps == self.B else
                       (f"failed: {t.record.error}" if t.record.error else
                        ("reached Q" if t.time is not None else (t.record.stopped or "never reached Q"))))
