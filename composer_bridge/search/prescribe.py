@@ -14,14 +14,15 @@ soonest, at its length, so the user trains exactly the run that was measured.
    first the baseline there, to the last rung, then every starting recipe and candidate at ``B``, two at a time,
    for at most ``T/3`` of training (the last rung). Each is raced against what is known when it starts: it stops
    once it reaches ``Q`` (its time is known), once it has trained the best time so far (less ``min_gain``)
-   without reaching ``Q`` (it cannot win), at its share of the budget left (the pick's run kept aside), or at a
-   rung (``T/12``, ``T/3``) if its quality there is below the bar: the worst of the best quarter of the qualities
-   the runs before it had there on the race seed, the baseline's included (ASHA's promotion rule, read at equal
-   training time rather than at equal steps, since methods differ in their cost per step). A run that clears the
-   rung trains on: nothing is retrained. Qualities at a rung are read between a run's validations at the rung's
-   time exactly. A configuration whose gain shows only late (one that averages the weights or owns the schedule:
-   :attr:`~composer_bridge.search.candidates.Candidate.pays_late`) is judged at the last rung alone: an average
-   lags the weights it averages early in a run, so the first rung would stop it before it pays.
+   without reaching ``Q`` (it cannot win), at its share of the budget left (the pick's run kept aside once one
+   leads), or at a rung (``T/12``, ``T/3``) if its quality there is below the bar: the worst of the best quarter
+   of the qualities the runs before it had there on the race seed, the baseline's included (ASHA's promotion
+   rule, read at equal training time rather than at equal steps, since methods differ in their cost per step).
+   A run that clears the rung trains on: nothing is retrained. Qualities at a rung are read between a run's
+   validations at the rung's time exactly. A configuration whose gain shows only late (one that averages the
+   weights or owns the schedule: :attr:`~composer_bridge.search.candidates.Candidate.pays_late`) is judged at
+   the last rung alone: an average lags the weights it averages early in a run, so the first rung would stop
+   it before it pays.
 3. **The pick.** The run that reached ``Q`` soonest, if one beat the baseline's time; else the one with the best
    quality at the last rung, if it is ahead of the race seed's baseline there by more than the baseline curve's
    validation noise. If none is, the baseline at each shorter length: is the gain the shorter schedule itself?
@@ -33,7 +34,8 @@ soonest, at its length, so the user trains exactly the run that was measured.
    the seed-to-seed spread of a run's time to the target: a prior of 10 % worth two seed pairs, pooled with the
    pairs measured, never below what the validations' own noise gives, and widened by Student's t for the few
    degrees of freedom. It is prescribed only if it is sure enough (``confidence``) to beat the baseline;
-   otherwise the prescription is the baseline at ``B``. The budget keeps the pick's run aside.
+   otherwise the prescription is the baseline at ``B``. The budget keeps the pick's run aside once one
+   leads.
 5. **Confirmation (optional).** The prescription and the baseline at ``B`` on ``confirm_seeds``, reported on
    its own: it is not part of the search's cost.
 
@@ -300,6 +302,11 @@ class PrescriptionSearch:
                 f", {self.T / trial.time:.2f}x" if self.T else "")
             if before is not None and trial.time * (1 + self.settings.min_gain) < before:
                 how += " (best so far)"
+        elif (trial.config, trial.steps) in self.cleared:  # judged by its quality where the race stops
+            last = len(self.rungs) - 1
+            how = (f"at the last rung ({self.rungs[last]:.3g} {unit}) without reaching the target: "
+                   f"{self.cleared[(trial.config, trial.steps)]:.4g}, the race seed's baseline "
+                   f"{self.rung_values[last][0]:.4g}")
         else:
             how = trial.record.stopped or "trained to its end without reaching the target"
         self.steps.append(f"{trial.name}: {how}")
@@ -313,10 +320,14 @@ class PrescriptionSearch:
         return min(limits) if limits else None
 
     def _reserve(self) -> float:
-        """The budget kept aside for the pick's run on your run's seed: the best time so far (your run's ``T`` until
-        a candidate reaches the target sooner). Its baseline is your run itself, on the same seed: nothing more is
-        kept for it."""
-        return self.best_time() or self.baseline_seconds
+        """The budget kept aside for the pick's run on your run's seed, once there is a pick (a run that reached the
+        target sooner than the baseline, or leads at the last rung): its time so far, else your run's ``T``. Nothing
+        is kept while no candidate leads: a budget held for a run that never comes would stop the exploration
+        early. Its baseline is your run itself, on the same seed: nothing is kept for that."""
+        pick = self._pick()
+        if not pick.config and pick.steps == self.B:
+            return 0.0
+        return pick.time or self.T or self.baseline_seconds
 
     def _left(self) -> float:
         """The time budget not yet spent (``math.inf``: no time budget)."""

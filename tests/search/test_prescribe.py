@@ -263,3 +263,21 @@ def test_the_pick_is_measured_beside_your_run_so_the_budget_explores_instead_of_
     # the race seed's baseline to the last rung only (one validation past it at most); your run is read
     assert [seed for seed, _ in baselines] == [1] and baselines[0][1] <= RUNGS[-1] * search.T + 1.0 + 1e-9
     assert search.finalist.seed == 0 and search.book.spent() <= 2.5 * search.baseline_seconds + 1e-9
+
+
+def test_nothing_is_kept_aside_until_a_candidate_leads_so_a_late_listed_winner_is_raced() -> None:
+    # three candidates that never lead come first in the pool, the winner fourth: with your run given and 2.75
+    # baseline runs, keeping the pick's run aside before any candidate leads cuts the second wave short of the
+    # last rung (where the winner shows it leads); kept aside only once one leads, the winner is raced in full,
+    # leads, and its run on your run's seed still fits in what is left
+    truths = {f"near{i}": Truth(speed=0.97) for i in range(3)} | {"best": Truth(speed=1.6)}
+    model = Model(truths, luck_sd=0.05, run_sd=0.02)
+    executor = SimExecutor(model)
+    settings = _settings(list(truths), max_baseline_runs=2.75)
+    search = PrescriptionSearch(settings, RunBook(settings, SearchState(None, {}), executor), eval_every=10,
+                                baseline_run=model.points((), 0, B, 10))
+    prescription = search.run()
+    best = next(t for t in search.trials if t.config == ("best",))
+    assert best.points[-1][1] >= RUNGS[-1] * search.T - 1e-9  # raced to the last rung, not cut at its share
+    assert [c.label for c in prescription.algorithms] == ["best"]
+    assert search.finalist.seed == 0 and search.book.spent() <= 2.75 * search.baseline_seconds + 1e-9
