@@ -62,7 +62,7 @@ class Settings:
 
 
 #: the prescription search's current revision (a new one trains its searches again; the older records stay)
-PRESCRIBE_REVISION = "race-seed-2"
+PRESCRIBE_REVISION = "race-seed-3"
 
 
 @dataclass(frozen=True)
@@ -82,9 +82,10 @@ class SearchSpec:
     screen: float | None = None  #: search_recipe's ``screen`` (``None``: every configuration raced in full)
     method: str = ""  #: the search method's revision (``Settings.search_method``; ``""``: the first look at one length)
     target: float | None = None  #: the quality to reach (the prescription search: the workload's target)
-    #: the method's revision within ``method`` (the prescription search: ``"race-seed-2"`` since it keeps the pick's
-    #: run aside only once one leads; ``"race-seed-1"``: it races on another seed and measures its pick beside your
-    #: run on your run's seed; ``"paired"`` before, ``""`` before that)
+    #: the method's revision within ``method`` (the prescription search: ``"race-seed-3"`` since every run's share
+    #: leaves room for its last validation; ``"race-seed-2"``: it keeps the pick's run aside only once one leads;
+    #: ``"race-seed-1"``: it races on another seed and measures its pick beside your run on your run's seed;
+    #: ``"paired"`` before, ``""`` before that)
     revision: str = ""
 
     @property

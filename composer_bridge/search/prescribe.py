@@ -302,7 +302,8 @@ class PrescriptionSearch:
                 f", {self.T / trial.time:.2f}x" if self.T else "")
             if before is not None and trial.time * (1 + self.settings.min_gain) < before:
                 how += " (best so far)"
-        elif (trial.config, trial.steps) in self.cleared:  # judged by its quality where the race stops
+        elif (trial.config, trial.steps) in self.cleared and not (trial.record.stopped or "").startswith("pruned"):
+            # stopped where the race ends (not pruned there): judged by its quality there
             last = len(self.rungs) - 1
             how = (f"at the last rung ({self.rungs[last]:.3g} {unit}) without reaching the target: "
                    f"{self.cleared[(trial.config, trial.steps)]:.4g}, the race seed's baseline "
@@ -329,14 +330,21 @@ class PrescriptionSearch:
             return 0.0
         return pick.time or self.T or self.baseline_seconds
 
+    def _overshoot(self) -> float:
+        """How far past its limit one run may train: a run stops at its first validation past it, up to one
+        validation interval later (``eval_every`` steps, at your baseline run's time per step)."""
+        return self.eval_every * self.baseline_seconds / self.B
+
     def _left(self) -> float:
-        """The time budget not yet spent (``math.inf``: no time budget)."""
+        """The time budget a next run may be given: what is not yet spent, less the room for its last validation past
+        its limit (``math.inf``: no time budget)."""
         limit = self._time_limit()
-        return limit - self.book.spent() if limit is not None else math.inf
+        return limit - self.book.spent() - self._overshoot() if limit is not None else math.inf
 
     def _share(self, what: str, runs: int) -> float | None:
-        """Each of the next ``runs`` trials' share of the budget left (``None``: no time budget), the finalist seed's
-        runs kept aside (:meth:`_reserve`); stops exploring when a share could not reach the first rung."""
+        """Each of the next ``runs`` trials' share of the budget left (``None``: no time budget), the pick's run kept
+        aside (:meth:`_reserve`) and room left for each run's last validation past its share (:meth:`_overshoot`);
+        stops exploring when a share could not reach the first rung."""
         s = self.settings
         if s.max_fits is not None and len(self.book.search_fits) + runs + 1 > s.max_fits:
             raise BudgetExhausted(f"{s.max_fits} fits, in {what}")
@@ -344,7 +352,7 @@ class PrescriptionSearch:
         if limit is None:
             return None
         reserve = self._reserve() if s.finalist_seeds or len(s.search_seeds) > 1 else 0.0
-        share = (limit - reserve - self.book.spent()) / runs
+        share = (limit - reserve - self.book.spent()) / runs - self._overshoot()  # each may end a validation late
         if share <= self.rungs[0]:
             what_budget = (f"{s.max_baseline_runs:g} baseline runs" if s.max_baseline_runs is not None else
                            f"{limit:g} {s.unit}")
@@ -494,7 +502,7 @@ class PrescriptionSearch:
         assert finalist is not None and finalist.time is not None
         shorter = [steps for steps in s.run_lengths if steps < finalist.steps]
         limit = self._time_limit()
-        if not shorter or (limit is not None and self.book.spent() + finalist.time > limit):
+        if not shorter or (limit is not None and self.book.spent() + finalist.time + self._overshoot() > limit):
             return
         rule = CurveRule(self.eval_every, self.Q, self.higher, round(finalist.time / (1 + s.min_gain), 6))
         steps = max(shorter)
