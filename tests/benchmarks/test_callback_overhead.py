@@ -55,3 +55,10 @@ def test_in_run_ab_calls_the_guest_exactly_in_the_steps_it_counts_as_with(overhe
     # every timed step (from one start to the next) is sorted into the set it ran in
     assert len(result.with_guests) == sum(present[:44]) and len(result.without) == 44 - sum(present[:44])
     assert min(result.with_guests) >= BUSY and max(result.without) < BUSY
+
+
+def test_the_parts_benchmark_times_every_configuration_against_plain_lightning() -> None:
+    parts = load_script("benchmarks/callback_overhead_parts.py", "callback_overhead_parts_under_test")
+    extra = parts.measure(steps=30, rounds=1)
+    assert list(extra) == list(parts.CONFIGS) and extra["plain Lightning"] == 0.0
+    assert all(isinstance(value, float) for value in extra.values())
