@@ -381,8 +381,7 @@ class PrescriptionSearch:
         self.rungs = [reference * f for f in RUNGS]
         base = self._trial((), self.B, seed, record)
         self.trials.append(base)
-        for i, at in enumerate(self.rungs):
-            self.rung_values[i] = [quality_at([(t, q) for _, t, q in points], at)]
+        self._start_bars(points)
         given = " (your run, given)" if self.baseline_run is not None else ""
         self.steps.append(f"baseline @ {self.B} steps on seed {seed}{given}: " + (
             f"reaches the target {self.Q:.4g} at {self.T:.3g} {s.unit}" if self.T is not None else
@@ -415,11 +414,15 @@ class PrescriptionSearch:
         (record,) = self.book.run([((), seed, self.B, rule)], "search")
         self.race_seed = seed
         self.race_base = trial = self._trial((), self.B, seed, record)
-        curve = [(t, q) for _, t, q in trial.points]
-        for i, at in enumerate(self.rungs):
-            self.rung_values[i] = [quality_at(curve, at)]
+        self._start_bars(trial.points)
         self.steps.append(f"baseline @ {self.B} steps on the race seed {seed}, to the last rung ({self.rungs[-1]:.3g} "
                           f"{self.settings.unit}): the candidates race on this seed")
+
+    def _start_bars(self, points: Sequence[CurvePoint]) -> None:
+        """Each rung's bar starts from this baseline curve's quality there (read at the rung's time exactly)."""
+        curve = [(t, q) for _, t, q in points]
+        for i, at in enumerate(self.rungs):
+            self.rung_values[i] = [quality_at(curve, at)]
 
     def _finalise(self) -> Prescription:
         s, best = self.settings, self._pick()
@@ -445,7 +448,7 @@ class PrescriptionSearch:
             self.steps.append(f"{best.name} on your run's seed {seed}: not reached within twice the baseline's time "
                               "(or the budget left): prescribe the baseline")
             return baseline
-        self._shorter_on_finalist_seed(seed)
+        self._shorter_on_seed(seed)
         paired = self._baseline_again(seed)
         base_time = paired.time if paired is not None else None
         raw = self.T / best.time if best.time else math.nan
@@ -495,7 +498,7 @@ class PrescriptionSearch:
         self.steps.append(f"baseline @ {self.B} steps on seed {seed} again (your run timed beside the pick): {how}")
         return trial
 
-    def _shorter_on_finalist_seed(self, seed: int) -> None:
+    def _shorter_on_seed(self, seed: int) -> None:
         """With budget left, the finalist's configuration at the next shorter length on the same seed: if it reaches
         the target sooner there, it becomes the finalist (the two lengths compared on one seed share its luck)."""
         s, finalist = self.settings, self.finalist

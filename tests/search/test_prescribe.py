@@ -38,6 +38,15 @@ def _search(model: Model, labels, target=None, eval_every=10, **overrides):
     return search, search.run(), executor
 
 
+def _search_beside_your_run(model: Model, runs: float, eval_every: int = 10):
+    """A search of every configuration of ``model`` with your run on seed 0 given, on ``runs`` baseline runs."""
+    executor = SimExecutor(model)
+    settings = _settings(list(model.truths), max_baseline_runs=runs)
+    search = PrescriptionSearch(settings, RunBook(settings, SearchState(None, {}), executor), eval_every=eval_every,
+                                baseline_run=model.points((), 0, B, eval_every))
+    return search, search.run(), executor
+
+
 def _heldout_time(model: Model, config, steps, target, seed, eval_every=10) -> float | None:
     reach = first_reach(model.points(tuple(config), seed, steps, eval_every), target, True)
     return None if reach is None else reach[1]
@@ -252,12 +261,7 @@ def test_the_pick_is_measured_beside_your_run_so_the_budget_explores_instead_of_
     # budget, the search reaches the best only if it keeps nothing aside for a second full baseline run once one
     # leads (your run, on the seed the pick is measured on, is that baseline)
     truths = {"good": Truth(speed=1.2)} | {f"m{i}": Truth(speed=0.5) for i in range(3)} | {"best": Truth(speed=1.6)}
-    model = Model(truths, luck_sd=0.05, run_sd=0.02)
-    executor = SimExecutor(model)
-    settings = _settings(list(truths), max_baseline_runs=2.6)
-    search = PrescriptionSearch(settings, RunBook(settings, SearchState(None, {}), executor), eval_every=10,
-                                baseline_run=model.points((), 0, B, 10))
-    prescription = search.run()
+    search, prescription, executor = _search_beside_your_run(Model(truths, luck_sd=0.05, run_sd=0.02), 2.6)
     assert [c.label for c in prescription.algorithms] == ["best"]
     baselines = [(seed, seconds) for config, seed, steps, seconds in executor.trained if not config]
     # the race seed's baseline to the last rung only (one validation past it at most); your run is read
@@ -271,12 +275,7 @@ def test_nothing_is_kept_aside_until_a_candidate_leads_so_a_late_listed_winner_i
     # last rung (where the winner shows it leads); kept aside only once one leads, the winner is raced in full,
     # leads, and its run on your run's seed still fits in what is left
     truths = {f"near{i}": Truth(speed=0.97) for i in range(3)} | {"best": Truth(speed=1.6)}
-    model = Model(truths, luck_sd=0.05, run_sd=0.02)
-    executor = SimExecutor(model)
-    settings = _settings(list(truths), max_baseline_runs=2.75)
-    search = PrescriptionSearch(settings, RunBook(settings, SearchState(None, {}), executor), eval_every=10,
-                                baseline_run=model.points((), 0, B, 10))
-    prescription = search.run()
+    search, prescription, _ = _search_beside_your_run(Model(truths, luck_sd=0.05, run_sd=0.02), 2.75)
     best = next(t for t in search.trials if t.config == ("best",))
     assert best.points[-1][1] >= RUNGS[-1] * search.T - 1e-9  # raced to the last rung, not cut at its share
     assert [c.label for c in prescription.algorithms] == ["best"]
@@ -289,9 +288,5 @@ def test_the_budget_holds_though_each_run_ends_at_its_first_validation_past_its_
     # first validation past its limit, so every share leaves room for one more validation; the budget (your run
     # given, not counted) is never overrun (without that room, these budgets were overrun by 3-7 %)
     truths = {f"c{i}": Truth(speed=0.98) for i in range(8)}
-    model = Model(truths, luck_sd=0.05, run_sd=0.02)
-    settings = _settings(list(truths), max_baseline_runs=runs)
-    search = PrescriptionSearch(settings, RunBook(settings, SearchState(None, {}), SimExecutor(model)),
-                                eval_every=13, baseline_run=model.points((), 0, B, 13))
-    search.run()
+    search, _, _ = _search_beside_your_run(Model(truths, luck_sd=0.05, run_sd=0.02), runs, eval_every=13)
     assert search.book.spent() <= runs * search.baseline_seconds + 1e-9
