@@ -15,9 +15,10 @@ soonest, at its length, so the user trains exactly the run that was measured.
    for at most ``T/3`` of training (the last rung). Each is raced against what is known when it starts: it stops
    once it reaches ``Q`` (its time is known), once it has trained the best time so far (less ``min_gain``)
    without reaching ``Q`` (it cannot win), at its share of the budget left (the pick's run kept aside once one
-   leads), or at a rung (``T/12``, ``T/3``) if its quality there is below the bar: the worst of the best quarter
-   of the qualities the runs before it had there on the race seed, the baseline's included (ASHA's promotion
-   rule, read at equal training time rather than at equal steps, since methods differ in their cost per step).
+   leads), or at a rung (``T/12``, ``T/3``) if its quality there is below the bar by more than one validation's
+   noise (a smaller gap the noise alone can make): the bar is the worst of the best quarter of the qualities the
+   runs before it had there on the race seed, the baseline's included (ASHA's promotion rule, read at equal
+   training time rather than at equal steps, since methods differ in their cost per step).
    A run that clears the rung trains on: nothing is retrained. Qualities at a rung are read between a run's
    validations at the rung's time exactly. A configuration whose gain shows only late (one that averages the
    weights or owns the schedule: :attr:`~composer_bridge.search.candidates.Candidate.pays_late`) is judged at
@@ -231,7 +232,9 @@ class PrescriptionSearch:
                 continue
             values = sorted(self.rung_values.get(i, []), reverse=self.higher)
             if values:
-                gates.append((round(at, 6), round(values[math.ceil(len(values) / ETA) - 1], 6)))
+                # a run behind the bar by no more than one validation's noise may be behind by that noise alone
+                margin = -self.noise if self.higher else self.noise
+                gates.append((round(at, 6), round(values[math.ceil(len(values) / ETA) - 1] + margin, 6)))
         return CurveRule(self.eval_every, self.Q, self.higher, round(limit, 6), tuple(gates))
 
     def _pick(self) -> Trial:

@@ -290,3 +290,24 @@ def test_the_budget_holds_though_each_run_ends_at_its_first_validation_past_its_
     truths = {f"c{i}": Truth(speed=0.98) for i in range(8)}
     search, _, _ = _search_beside_your_run(Model(truths, luck_sd=0.05, run_sd=0.02), runs, eval_every=13)
     assert search.book.spent() <= runs * search.baseline_seconds + 1e-9
+
+
+def _race(speed: float, lag: float):
+    """A search of one candidate that starts behind (``lag``) and goes faster (``speed``), validations noisy."""
+    model = Model({"s": Truth(speed=speed, lag=lag), "a": Truth()}, luck_sd=0.0, run_sd=0.0, validation_sd=0.02)
+    search, _, _ = _search(model, ["a", "s"])
+    run = next(r for r in search.book.search_fits if r.config == ["s"] and r.seed == search.race_seed)
+    return search, run
+
+
+def test_a_run_behind_at_a_rung_by_less_than_the_validation_noise_races_on() -> None:
+    # at the first rung (a twelfth of the baseline's time, where every run is near its start) it is behind by
+    # 0.014, less than one validation's noise (0.019): a gap the noise alone makes. It trains on, leads at the
+    # last rung and is the run measured on your run's seed. Without the margin it is stopped at the first rung.
+    search, run = _race(speed=1.3, lag=0.3)
+    assert search.noise > 0.015
+    assert not (run.stopped or "").startswith("pruned"), run.stopped
+    assert search.finalist is not None and list(search.finalist.config) == run.config
+    # behind by more than the noise (0.033), it is still stopped there
+    search, run = _race(speed=1.2, lag=0.3)
+    assert (run.stopped or "").startswith("pruned at the rung at 1.33"), run.stopped
