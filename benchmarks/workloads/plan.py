@@ -82,8 +82,9 @@ class SearchSpec:
     screen: float | None = None  #: search_recipe's ``screen`` (``None``: every configuration raced in full)
     method: str = ""  #: the search method's revision (``Settings.search_method``; ``""``: the first look at one length)
     target: float | None = None  #: the quality to reach (the prescription search: the workload's target)
-    #: the method's revision within ``method`` (the prescription search: ``"race-seed-4"`` since a run is stopped
-    #: at a rung only when behind its bar by more than the validation noise; ``"race-seed-3"``: every run's share
+    #: the method's revision within ``method`` (the prescription search: ``"race-seed-4"`` since your run's times
+    #: are put on the clock of the runs trained now and a run is stopped at a rung only when behind its bar by more
+    #: than the validation noise; ``"race-seed-3"``: every run's share
     #: leaves room for its last validation; ``"race-seed-2"``: it keeps the pick's run aside only once one leads;
     #: ``"race-seed-1"``: it races on another seed and measures its pick beside your run on your run's seed;
     #: ``"paired"`` before, ``""`` before that)

@@ -52,7 +52,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from composer_bridge.search.curve_rule import CurvePoint, CurveRule, first_reach
 from composer_bridge.search.estimate import Estimate
@@ -64,7 +64,7 @@ from composer_bridge.search.settings import SearchSettings
 from composer_bridge.search.state import SearchState
 from composer_bridge.search.trial import FitRecord
 
-__all__ = ["RUNGS", "PrescriptionSearch", "RunBook", "Trial", "prescribe", "validation_noise"]
+__all__ = ["RUNGS", "PrescriptionSearch", "RunBook", "Trial", "clock_ratio", "prescribe", "validation_noise"]
 
 #: the rungs, as fractions of the baseline's time to the target, and the share of runs kept at each (ASHA's eta)
 RUNGS = (1 / 12, 1 / 3)
@@ -93,6 +93,29 @@ def t_quantile(p: float, df: int) -> float:
         return _T95[df]
     z = statistics.NormalDist().inv_cdf(p)
     return z + (z ** 3 + z) / (4 * df)
+
+
+def clock_ratio(now: Sequence[CurvePoint], before: Sequence[CurvePoint]) -> float | None:
+    """How much longer the run ``now`` took than the run ``before`` for the steps ``now`` trained (``None``: no
+    steps to compare); ``before``'s time at ``now``'s last step is read between its validations.
+
+    Examples:
+        >>> clock_ratio([(10, 1.2, 0.5), (20, 2.4, 0.6)], [(10, 1.0, 0.5), (20, 2.0, 0.6), (30, 3.0, 0.7)])
+        1.2
+        >>> clock_ratio([(15, 3.0, 0.5)], [(10, 1.0, 0.5), (20, 2.0, 0.6)])
+        2.0
+    """
+    if not now or not before:
+        return None
+    step, seconds = now[-1][0], now[-1][1]
+    previous = (0, 0.0)
+    for point in before:
+        if point[0] >= step:
+            span = point[0] - previous[0]
+            then = previous[1] + (point[1] - previous[1]) * ((step - previous[0]) / span if span else 1.0)
+            return round(seconds / then, 6) if then > 0 and seconds > 0 else None
+        previous = (point[0], point[1])
+    return None
 
 
 def validation_noise(points: Sequence[CurvePoint]) -> float:
@@ -207,6 +230,9 @@ class PrescriptionSearch:
         self.finalist: Trial | None = None
         self.race_seed: int = settings.search_seeds[0]  #: the seed the candidates race on (set by :meth:`run`)
         self.race_base: Trial | None = None  #: the baseline on the race seed, to the last rung
+        #: the race seed's baseline's time over your run's for the same steps (``None``: not measured); your run's
+        #: times are scaled by it (:meth:`_on_search_clock`)
+        self.clock_ratio: float | None = None
         self.confirmed_trials: list[Trial] = []
         self.estimate: Estimate | None = None
 
@@ -420,6 +446,25 @@ class PrescriptionSearch:
         self._start_bars(trial.points)
         self.steps.append(f"baseline @ {self.B} steps on the race seed {seed}, to the last rung ({self.rungs[-1]:.3g} "
                           f"{self.settings.unit}): the candidates race on this seed")
+        self._on_search_clock(trial)
+
+    def _on_search_clock(self, race: Trial) -> None:
+        """Your run's times put on the clock of the runs trained now: the same configuration (the baseline) takes the
+        same time for the same steps, so the race seed's baseline against your run over its steps is how much faster
+        or slower the machine trains now than when your run was timed (another load, another machine). Your run's
+        time to the target, against which the pick is measured, is scaled by that ratio; the rungs stay where your
+        run's time put them (every run they compare is trained now) and so does the budget's unit."""
+        base = self.trials[0]
+        self.clock_ratio = ratio = clock_ratio(race.points, base.points)
+        if ratio is None or ratio == 1.0:
+            return
+        scaled = [[step, round(seconds * ratio, 6), quality] for step, seconds, quality in base.points]
+        base.record = replace(base.record, points=scaled, seconds=round(base.record.seconds * ratio, 6))
+        before, self.T = self.T, base.time
+        self.steps.append(f"your run on this machine's clock now: the race seed's baseline took {ratio:.3f}x your run's "
+                          f"time for its first {race.points[-1][0]} steps" +
+                          (f"; your run's time to the target {before:.3g} -> {self.T:.3g} {self.settings.unit}"
+                           if before is not None and self.T is not None else ""))
 
     def _start_bars(self, points: Sequence[CurvePoint]) -> None:
         """Each rung's bar starts from this baseline curve's quality there (read at the rung's time exactly)."""
@@ -489,8 +534,9 @@ class PrescriptionSearch:
             return None
         left = self._left()
         if self.T is None or left < self.T:
+            clock = "on this machine's clock now" if self.clock_ratio not in (None, 1.0) else "as given"
             self.steps.append(f"no budget left to time the baseline again on seed {seed}: the pick is measured "
-                              "against your run as given")
+                              f"against your run {clock}")
             return None
         rule = CurveRule(self.eval_every, self.Q, self.higher, round(min(2 * self.T, left), 6))
         (record,) = self.book.run([((), seed, self.B, rule)], "search")
