@@ -55,14 +55,17 @@ def test_which_trainer_settings_get_their_own_launcher() -> None:
 
 @pytest.mark.timeout(600)
 def test_a_search_whose_fits_use_ddp_on_two_processes_finishes(tmp_path) -> None:
-    # One search seed, one candidate, two run lengths: each fit is a two-process gloo DDP run in a child.
-    kwargs = task.search_kwargs(candidates=["LabelSmoothing"], run_lengths=[2, 4], max_fits=4, search_seeds=[0],
-                                confirm_seeds=[10], trainer_kwargs=DDP)
-    result = search_recipe(make_module, task.make_data, state_dir=tmp_path, **kwargs, method="greedy")
-    assert result.fits and all(f.error is None and f.processes == 2 for f in result.fits)
-    assert all(f.seconds == f.steps for f in result.fits)  # each fit ran its steps (global steps, both ranks)
+    # The default search, one search seed, one candidate, two run lengths, no confirmation: each of its four fits
+    # (your run, the race seed's baseline, the candidate, the shorter baseline) is a two-process gloo DDP run in a
+    # child.
+    kwargs = task.search_kwargs(candidates=["LabelSmoothing"], run_lengths=[2, 4], search_seeds=[0],
+                                confirm_seeds=[], trainer_kwargs=DDP)
+    del kwargs["max_fits"]
+    result = search_recipe(make_module, task.make_data, state_dir=tmp_path, **kwargs)
+    assert len(result.fits) >= 3 and all(f.error is None and f.processes == 2 for f in result.fits)
+    first = result.fits[0]  # your run, trained to its end (global steps of both ranks: the steps clock)
+    assert first.seconds == first.steps
     # The search's DDP fit is the same fit as the DDP run of that task on its own, outside the search.
-    first = result.fits[0]
     alone = run_in_child(_task(steps=first.steps, trainer_kwargs=DDP))
     assert alone.quality == first.quality and alone.processes == 2
     assert not list(tmp_path.glob("*.tmp"))  # no temporary state file left behind
