@@ -30,8 +30,9 @@ soonest, at its length, so the user trains exactly the run that was measured.
 4. **The pick on your run's seed.** The pick's run on the seed of your baseline run, which chose nothing, to the
    target (at most twice ``T`` or the budget left), and, with budget left, at the next shorter length on the same
    seed (kept if it reaches the target sooner there). Its time against your run's ``T`` is the estimate: the two
-   runs share the seed's luck, and the comparison costs no baseline run (a given run is timed again beside the
-   pick when the budget left holds it, since it may have been timed on a busier machine). Its interval comes from
+   runs share the seed's luck, and the comparison costs no baseline run. ``T`` is on the clock of the runs trained
+   now: scaled by the race seed's baseline's time over your run's for the same steps (:func:`clock_ratio`). A given
+   run is also timed again beside the pick when the budget left holds it. Its interval comes from
    the seed-to-seed spread of a run's time to the target: a prior of 10 % worth two seed pairs, pooled with the
    pairs measured, never below what the validations' own noise gives, and widened by Student's t for the few
    degrees of freedom. It is prescribed only if it is sure enough (``confidence``) to beat the baseline;
