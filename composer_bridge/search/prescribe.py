@@ -106,17 +106,11 @@ def clock_ratio(now: Sequence[CurvePoint], before: Sequence[CurvePoint]) -> floa
         >>> clock_ratio([(15, 3.0, 0.5)], [(10, 1.0, 0.5), (20, 2.0, 0.6)])
         2.0
     """
-    if not now or not before:
+    if not now or not before or now[-1][0] > before[-1][0]:
         return None
     step, seconds = now[-1][0], now[-1][1]
-    previous = (0, 0.0)
-    for point in before:
-        if point[0] >= step:
-            span = point[0] - previous[0]
-            then = previous[1] + (point[1] - previous[1]) * ((step - previous[0]) / span if span else 1.0)
-            return round(seconds / then, 6) if then > 0 and seconds > 0 else None
-        previous = (point[0], point[1])
-    return None
+    then = quality_at([(0, 0.0), *((s, t) for s, t, _ in before)], step)  # the time curve, read as a curve
+    return round(seconds / then, 6) if then > 0 and seconds > 0 else None
 
 
 def validation_noise(points: Sequence[CurvePoint]) -> float:

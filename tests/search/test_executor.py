@@ -63,6 +63,8 @@ def test_a_search_whose_fits_use_ddp_on_two_processes_finishes(tmp_path) -> None
     del kwargs["max_fits"]
     result = search_recipe(make_module, task.make_data, state_dir=tmp_path, **kwargs)
     assert len(result.fits) >= 3 and all(f.error is None and f.processes == 2 for f in result.fits)
+    # each fit's clock counted the global steps it trained (both ranks), to the validation it stopped at
+    assert all(f.points and f.seconds == f.points[-1][1] == f.points[-1][0] for f in result.fits)
     first = result.fits[0]  # your run, trained to its end (global steps of both ranks: the steps clock)
     assert first.seconds == first.steps
     # The search's DDP fit is the same fit as the DDP run of that task on its own, outside the search.
