@@ -84,6 +84,40 @@ class _PlanTally:
                 stats._last_event = self.last_event
 
 
+class _StepTally:
+    """A step's events that repeat the previous step's plans, in the same order: counted once per step.
+
+    A training loop fires the same events with the same algorithms step after step; such a step costs
+    one count here, and one timeline increment for all its keys, instead of one per event. The runs are
+    added to each plan's :class:`_PlanTally` when the totals are read (:meth:`fold`).
+    """
+
+    __slots__ = ("plans", "tallies", "row", "size", "pending", "last_step", "last_event")
+
+    def __init__(self, plans: list[PlanTraces], tallies: list[_PlanTally], row: list[int]) -> None:
+        self.plans = plans  # the step's PlanTraces, in run order
+        self.tallies = tallies  # their tallies, in the same order
+        self.row = row  # the timeline row of all the step's keys (a key twice if its plan ran twice)
+        self.size = sum(len(plan) for plan in plans)
+        self.pending = 0
+        self.last_step = 0
+        self.last_event = 0  # the event number of the step's last event in its latest repeat
+
+    def matches(self, pending: list[PlanTraces]) -> bool:
+        return len(pending) == len(self.plans) and all(map(operator.is_, pending, self.plans))
+
+    def fold(self) -> None:
+        pending, self.pending = self.pending, 0
+        if not pending:
+            return
+        last = len(self.tallies) - 1
+        for i, tally in enumerate(self.tallies):
+            tally.pending += pending
+            event = self.last_event - (last - i)
+            if event > tally.last_event:
+                tally.last_event, tally.last_step = event, self.last_step
+
+
 class Timeline:
     """Which trace keys ran in which steps, in bounded memory.
 
@@ -143,6 +177,14 @@ class Timeline:
         self._groups.append((members, group_row))
         return group_row
 
+    def retire_group(self, group_row: list[int]) -> None:
+        """Add one :meth:`group`'s counts to its keys' rows and forget it (the others stay)."""
+        for i in range(len(self._groups) - 1, -1, -1):  # the newest first: a group retired soon after it was made
+            if self._groups[i][1] is group_row:
+                members, _ = self._groups.pop(i)
+                self._fold_one(members, group_row)
+                return
+
     def add_group(self, group_row: list[int], column: int) -> None:
         """Count one run of each key of a :meth:`group` in ``column`` (from :meth:`column`): a loop that
         records many events at one step finds the column once."""
@@ -165,14 +207,18 @@ class Timeline:
 
     def _fold(self) -> None:
         for members, group_row in self._groups:
-            if not group_row:
-                continue
-            width = len(group_row)
-            for row in members:
-                if len(row) < width:
-                    row.extend([0] * (width - len(row)))
-                row[:width] = map(operator.add, row[:width], group_row)  # element-wise, in C
-            group_row.clear()
+            self._fold_one(members, group_row)
+
+    @staticmethod
+    def _fold_one(members: list[list[int]], group_row: list[int]) -> None:
+        if not group_row:
+            return
+        width = len(group_row)
+        for row in members:
+            if len(row) < width:
+                row.extend([0] * (width - len(row)))
+            row[:width] = map(operator.add, row[:width], group_row)  # element-wise, in C
+        group_row.clear()
 
     def _halve(self) -> None:
         # Halving is linear, so the groups' rows are halved as they are (folding them first would
@@ -229,11 +275,17 @@ class TraceStore(Mapping[int, list[Trace]]):
         # date when they are read (``stats``).
         self._plans: dict[int, _PlanTally] = {}
         self._events = 0  # events recorded: orders the tallies' and the keys' latest runs
+        # the last drained step's plans, when every one of its events was a cached plan's: a step that
+        # repeats them is counted in one go (see _StepTally)
+        self._step_tally: _StepTally | None = None
+        self._last_plans: list[PlanTraces] | None = None  # the plans of the step drained last
 
     @property
     def stats(self) -> dict[str, TraceStats]:
         """Trace key → :class:`TraceStats`, over the whole run."""
         self._drain()
+        if self._step_tally is not None:
+            self._step_tally.fold()
         for tally in self._plans.values():
             if tally.pending:
                 tally.fold()
@@ -272,8 +324,37 @@ class TraceStore(Mapping[int, list[Trace]]):
             pending, self._pending = self._pending, []
             step = self._pending_step
             kept, column = self._step_list(step), self._timeline.column(step)
+            repeat = self._step_tally
+            limit = self.max_traces_per_step
+            if repeat is not None and repeat.matches(pending) and (limit is None or kept.size + repeat.size <= limit):
+                self._events += len(pending)
+                repeat.pending += 1
+                repeat.last_step, repeat.last_event = step, self._events
+                self._timeline.add_group(repeat.row, column)
+                kept.chunks.extend(pending)
+                kept.size += repeat.size
+                return
             for traces in pending:
                 self._record(traces, step, kept, column)
+            self._remember_step(pending)
+
+    def _remember_step(self, pending: list[PlanTraces]) -> None:
+        """After a step recorded event by event: from its second run in a row on, a step of the same plans is
+        counted in one go (a step seen once may never come again: no timeline group is made for it)."""
+        if self._step_tally is not None:  # the steps it counted ended: its runs go to its plans, its group goes
+            self._step_tally.fold()
+            self._timeline.retire_group(self._step_tally.row)
+            self._step_tally = None
+        last, self._last_plans = self._last_plans, pending
+        if last is None or len(last) != len(pending) or not all(map(operator.is_, last, pending)):
+            return
+        limit = self.max_traces_per_step
+        if limit is not None and sum(map(len, pending)) > limit:
+            return  # its steps are cut to the limit, trace by trace
+        tallies = [self._plans.get(id(traces)) for traces in pending]
+        if all(tally is not None and tally.traces is traces for tally, traces in zip(tallies, pending, strict=True)):
+            row = self._timeline.group(key for traces in pending for key in traces)
+            self._step_tally = _StepTally(pending, tallies, row)  # type: ignore[arg-type]
 
     def _record(self, traces: Traces, step: int, kept: _StepTraces, column: int) -> None:
         timeline = self._timeline
@@ -329,6 +410,10 @@ class TraceStore(Mapping[int, list[Trace]]):
         return kept
 
     def _forget_plans(self) -> None:
+        if self._step_tally is not None:
+            self._step_tally.fold()  # (its timeline group goes with the others below)
+            self._step_tally = None
+        self._last_plans = None
         for tally in self._plans.values():
             tally.fold()
         self._timeline.drop_groups()
@@ -343,6 +428,8 @@ class TraceStore(Mapping[int, list[Trace]]):
         self._timeline = Timeline(self._timeline.max_columns)
         self._dropped = 0
         self._plans.clear()
+        self._step_tally = None
+        self._last_plans = None
 
     # --- reading -----------------------------------------------------------------------------
     def __getitem__(self, step: int) -> list[Trace]:

@@ -80,3 +80,37 @@ def test_counting_a_plan_once_per_event_gives_the_same_totals_and_timeline_as_co
     assert lazy.timeline.rows == eager.timeline.rows
     assert lazy.timeline.bin_size == eager.timeline.bin_size > 1
     assert list(lazy) == list(eager) and all(lazy[s] == eager[s] for s in lazy) and lazy.dropped == eager.dropped
+
+
+def test_steps_that_repeat_the_same_plans_are_counted_as_if_every_key_were_counted():
+    """A training loop fires the same events with the same algorithms step after step: the store counts such a
+    step once (its plans in one go). Totals, latest steps, exit codes, timeline rows and each step's traces must
+    equal those of counting every key of every event, through runs of repeated steps, changes of the step's
+    plans (a plan appearing twice in a step, or in another order), reads in the middle and timeline halvings."""
+    import random
+
+    from composer_bridge.core.trace import PlanTraces, Trace
+
+    def plan(*names, event=Event.BATCH_END):
+        return PlanTraces((f"{n}/{event.name}", Trace(n, event, None, i, True)) for i, n in enumerate(names))
+
+    a, b = plan("A", "B"), plan("A", event=Event.BATCH_START)
+    c, d = plan("B", "C", event=Event.AFTER_BACKWARD), plan("C", "A")
+    shapes = [[b, c, a], [b, c, a], [b, a], [b, c, a, a], [a, b, c], [d, c], [b, c, a, d]]
+    for limit in (None, 7):
+        lazy, eager = TraceStore(max_steps=30, max_traces_per_step=limit), TraceStore(max_steps=30, max_traces_per_step=limit)
+        lazy.timeline.max_columns = eager.timeline.max_columns = 16  # halvings over the run
+        draw = random.Random(1)
+        step = 0
+        while step < 400:
+            shape, repeats = draw.choice(shapes), draw.randint(1, 12)
+            for _ in range(repeats):
+                for traces in shape:
+                    lazy.log_traces(traces, step)
+                    eager.log_traces(_plain_copy(traces), step)
+                if draw.random() < 0.03:  # a read mid-run: it must not change what comes later
+                    assert lazy.stats == eager.stats, step
+                step += 1
+        assert lazy.stats == eager.stats
+        assert lazy.timeline.rows == eager.timeline.rows and lazy.timeline.bin_size == eager.timeline.bin_size > 1
+        assert list(lazy) == list(eager) and all(lazy[s] == eager[s] for s in lazy) and lazy.dropped == eager.dropped

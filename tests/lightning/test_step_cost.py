@@ -105,18 +105,18 @@ IDLE_BUDGET = {
 # 9 per-step events reach a plain module. Per event, the engine: fire, _run_algorithms, its match
 # list, and the cost report's markers (begin_run per timed event, a finish per apply: their start
 # is a C call; the first 64 runs of a plan are timed in full, later ones one in eight); the trace path: the engine logger, the Lightning destination and the store (log_traces
-# each), and at the step's end the store records each event's plan (_record, and the timeline's
-# add_group and _count). Per step: the callback's three shown hooks and the module's four
+# each), and at the step's end the store records the step: a step of the same plans as the one before
+# in one go (_drain, its step list, the timeline's column, add_group and _count, and the comparison). Per step: the callback's three shown hooks and the module's four
 # (data transfer, training_step, backward), the training loop, the clock. Nothing per algorithm
 # but its own two calls and its cost marker's finish.
 ACTIVE_BUDGET = {
-    "package": 287,
+    "package": 263,
     "algorithms": 2 * 16 * 9,  # each algorithm's match and apply at each event, nothing else
     "core/engine.py": 9 * 3 + 1,
     "core/profiler.py": 16 * 9 + 9,
     "core/logger.py": 9,
     "lightning/traces.py": 9 + 1,
-    "core/trace_store.py": 9 * 4 + 4,
+    "core/trace_store.py": 9 + 7,
     "lightning/steps.py": 9, "lightning/callback.py": 4, "lightning/training_loop.py": 4,
     "lightning/module_patches.py": 4, "lightning/module_hooks.py": 4, "lightning/_compat.py": 4,
     "lightning/run.py": 1, "lightning/module.py": 1, "training/step_clock.py": 4,
