@@ -110,6 +110,7 @@ class _TraceMetrics:
 
     def __init__(self, mode: TraceMode) -> None:
         self.mode = mode
+        self.summary = mode == "summary"
         self._last_logged: dict[str, int] = {}
         self._pending: dict[str, float] = {}
         self._pending_step: int | None = None
@@ -223,7 +224,12 @@ class TraceDestination(LoggerDestination):
         if self._text_wanted:
             reporting.text.write(step, traces)
         if self._has_loggers:
-            reporting.metrics.add(step, traces, self.sink)
+            metrics = reporting.metrics
+            # In summary mode a plan whose keys were all logged once adds nothing: skipped here, without a call
+            # per event (with nothing pending, add() would only return).
+            if not (metrics.summary and not metrics._pending and type(traces) is PlanTraces
+                    and metrics._logged_plans.get(id(traces)) is traces):
+                metrics.add(step, traces, self.sink)
 
     def log_metrics(self, metrics: dict[str, Any], step: int | None = None) -> None:
         """Algorithms' numbers, to every Lightning logger (rank zero)."""

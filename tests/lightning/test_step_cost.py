@@ -47,7 +47,7 @@ def distinct_no_ops(n: int) -> list[Algorithm]:
     return [type(f"StepNoOp{i:02d}", (StepNoOp,), {})() for i in range(n)]
 
 
-def calls_per_step(callbacks: list[Any]) -> dict[str, float]:
+def calls_per_step(callbacks: list[Any], **trainer_options: Any) -> dict[str, float]:
     """Python calls per training step (steps FIRST..LAST of a fit), by file: the package's files relative
     to it, ``"algorithms"`` for the no-op algorithms' ``match`` and ``apply``, and ``"package"`` for the
     package's total (Lightning's, torch's and this file's other calls are left out)."""
@@ -77,7 +77,7 @@ def calls_per_step(callbacks: list[Any]) -> dict[str, float]:
 
     g = torch.Generator().manual_seed(0)
     data = TensorDataset(torch.randn(8 * (LAST + 2), 4, generator=g), torch.randint(0, 2, (8 * (LAST + 2),), generator=g))
-    trainer = quiet_trainer(max_steps=LAST + 2, callbacks=[Window(), *callbacks])
+    trainer = quiet_trainer(max_steps=LAST + 2, callbacks=[Window(), *callbacks], **trainer_options)
     try:
         trainer.fit(PlainLinear(lr=0.01), DataLoader(data, batch_size=8))
     finally:
@@ -148,3 +148,12 @@ def test_the_bridge_adds_no_python_call_per_algorithm_beyond_the_cost_markers(me
     timed = (16 - 2) * 9 if measure_cost else 0  # a cost marker's finish per apply, timed in full here
     assert many["package"] - few["package"] == timed, {
         name: (few.get(name, 0), count) for name, count in many.items() if count != few.get(name, 0)}
+
+
+def test_with_a_lightning_logger_the_traces_logged_once_cost_no_call_per_event(tmp_path: Path) -> None:
+    """The Trainer's default has a logger; in summary mode each trace key goes to it once, so in later steps the
+    Lightning destination makes no call per event beyond its own (the loggers' summary is skipped, not asked)."""
+    logger = L.loggers.CSVLogger(str(tmp_path))
+    counted = calls_per_step([AlgorithmEngineCallback(distinct_no_ops(16))], logger=logger)
+    assert counted["lightning/traces.py"] == ACTIVE_BUDGET["lightning/traces.py"], counted
+    assert not over_budget(counted, ACTIVE_BUDGET), over_budget(counted, ACTIVE_BUDGET)
