@@ -1,0 +1,45 @@
+"""benchmarks/callback_instructions.py: callgrind counts exactly the steps it divides by, with each configuration's guests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from helpers.support import load_script
+
+
+@pytest.fixture(scope="module")
+def instructions():
+    return load_script("benchmarks/callback_instructions.py", "callback_instructions_under_test")
+
+
+def test_collection_spans_the_steps_counted_and_each_configuration_trains_its_guests(instructions, monkeypatch) -> None:
+    import composer_bridge
+
+    seen: list[tuple[str, bool, int]] = []
+    original = composer_bridge.AlgorithmEngineCallback.on_train_batch_start
+    algorithm_steps: list[int] = []
+
+    def record_step(self: Any, trainer: Any, *args: Any) -> None:
+        algorithm_steps.append(trainer.global_step)
+        return original(self, trainer, *args)
+
+    monkeypatch.setattr(composer_bridge.AlgorithmEngineCallback, "on_train_batch_start", record_step)
+    for config in instructions.CONFIGS:
+        steps_before = len(algorithm_steps)
+
+        def switch(on: bool, config: str = config) -> None:
+            seen.append((config, on, len(algorithm_steps)))
+
+        instructions.fit(config, switch)
+        bridged = len(algorithm_steps) - steps_before
+        # the 16 algorithms listen at every step (their hook is shown to Lightning); the other configurations do not
+        assert bridged == (instructions.STEPS if config == "16 algorithms" else 0), (config, bridged)
+    assert [(c, on) for c, on, _ in seen] == [(c, on) for c in instructions.CONFIGS for on in (True, False)]
+    # the bridge's hook (called after the window's at each step) ran FIRST times before collection started and
+    # LAST - FIRST more before it stopped: the steps the count is divided by
+    starts = {c: n for c, on, n in seen if on}
+    stops = {c: n for c, on, n in seen if not on}
+    first_algorithm_step = stops["empty"]  # (no bridge hook before the 16-algorithm fit)
+    assert stops["16 algorithms"] - starts["16 algorithms"] == instructions.LAST - instructions.FIRST
+    assert starts["16 algorithms"] - first_algorithm_step == instructions.FIRST
