@@ -38,6 +38,11 @@ class TraceStats:
     _last_event: int = field(default=0, repr=False, compare=False)
 
 
+def _same_plans(a: list[PlanTraces], b: list[PlanTraces]) -> bool:
+    """Whether two steps ran the same cached plans (the same objects), in the same order."""
+    return len(a) == len(b) and all(map(operator.is_, a, b))
+
+
 def _count(row: list[int], column: int) -> None:
     """One more run in ``column`` of a timeline row (the row grows to reach it)."""
     if len(row) <= column:
@@ -94,17 +99,14 @@ class _StepTally:
 
     __slots__ = ("plans", "tallies", "row", "size", "pending", "last_step", "last_event")
 
-    def __init__(self, plans: list[PlanTraces], tallies: list[_PlanTally], row: list[int]) -> None:
+    def __init__(self, plans: list[PlanTraces], tallies: list[_PlanTally], row: list[int], size: int) -> None:
         self.plans = plans  # the step's PlanTraces, in run order
         self.tallies = tallies  # their tallies, in the same order
         self.row = row  # the timeline row of all the step's keys (a key twice if its plan ran twice)
-        self.size = sum(len(plan) for plan in plans)
+        self.size = size  # the step's traces, all plans together
         self.pending = 0
         self.last_step = 0
         self.last_event = 0  # the event number of the step's last event in its latest repeat
-
-    def matches(self, pending: list[PlanTraces]) -> bool:
-        return len(pending) == len(self.plans) and all(map(operator.is_, pending, self.plans))
 
     def fold(self) -> None:
         pending, self.pending = self.pending, 0
@@ -326,7 +328,8 @@ class TraceStore(Mapping[int, list[Trace]]):
             kept, column = self._step_list(step), self._timeline.column(step)
             repeat = self._step_tally
             limit = self.max_traces_per_step
-            if repeat is not None and repeat.matches(pending) and (limit is None or kept.size + repeat.size <= limit):
+            if repeat is not None and _same_plans(pending, repeat.plans) and (
+                    limit is None or kept.size + repeat.size <= limit):
                 self._events += len(pending)
                 repeat.pending += 1
                 repeat.last_step, repeat.last_event = step, self._events
@@ -346,15 +349,15 @@ class TraceStore(Mapping[int, list[Trace]]):
             self._timeline.retire_group(self._step_tally.row)
             self._step_tally = None
         last, self._last_plans = self._last_plans, pending
-        if last is None or len(last) != len(pending) or not all(map(operator.is_, last, pending)):
+        if last is None or not _same_plans(last, pending):
             return
-        limit = self.max_traces_per_step
-        if limit is not None and sum(map(len, pending)) > limit:
+        size, limit = sum(map(len, pending)), self.max_traces_per_step
+        if limit is not None and size > limit:
             return  # its steps are cut to the limit, trace by trace
         tallies = [self._plans.get(id(traces)) for traces in pending]
         if all(tally is not None and tally.traces is traces for tally, traces in zip(tallies, pending, strict=True)):
             row = self._timeline.group(key for traces in pending for key in traces)
-            self._step_tally = _StepTally(pending, tallies, row)  # type: ignore[arg-type]
+            self._step_tally = _StepTally(pending, tallies, row, size)  # type: ignore[arg-type]
 
     def _record(self, traces: Traces, step: int, kept: _StepTraces, column: int) -> None:
         timeline = self._timeline

@@ -36,10 +36,9 @@ def test_collection_spans_the_steps_counted_and_each_configuration_trains_its_gu
         # the 16 algorithms listen at every step (their hook is shown to Lightning); the other configurations do not
         assert bridged == (instructions.STEPS if config == "16 algorithms" else 0), (config, bridged)
     assert [(c, on) for c, on, _ in seen] == [(c, on) for c in instructions.CONFIGS for on in (True, False)]
-    # the bridge's hook (called after the window's at each step) ran FIRST times before collection started and
-    # LAST - FIRST more before it stopped: the steps the count is divided by
+    # the bridge's hook (called after the window's at each step; none ran before the 16-algorithm fit) ran FIRST
+    # times before collection started and LAST - FIRST more before it stopped: the steps the count is divided by
     starts = {c: n for c, on, n in seen if on}
     stops = {c: n for c, on, n in seen if not on}
-    first_algorithm_step = stops["empty"]  # (no bridge hook before the 16-algorithm fit)
+    assert starts["16 algorithms"] == instructions.FIRST
     assert stops["16 algorithms"] - starts["16 algorithms"] == instructions.LAST - instructions.FIRST
-    assert starts["16 algorithms"] - first_algorithm_step == instructions.FIRST

@@ -104,11 +104,12 @@ IDLE_BUDGET = {
 
 # 9 per-step events reach a plain module. Per event, the engine: fire, _run_algorithms, its match
 # list, and the cost report's markers (begin_run per timed event, a finish per apply: their start
-# is a C call; the first 64 runs of a plan are timed in full, later ones one in eight); the trace path: the engine logger, the Lightning destination and the store (log_traces
-# each), and at the step's end the store records the step: a step of the same plans as the one before
-# in one go (_drain, its step list, the timeline's column, add_group and _count, and the comparison). Per step: the callback's three shown hooks and the module's four
-# (data transfer, training_step, backward), the training loop, the clock. Nothing per algorithm
-# but its own two calls and its cost marker's finish.
+# is a C call; the first 64 runs of a plan are timed in full, later ones one in eight); the trace
+# path: the engine logger, the Lightning destination and the store (log_traces each). At the step's
+# end the store records a step of the same plans as the one before in one go (_drain, its step list,
+# the timeline's column, add_group and _count, and the comparison). Per step: the callback's three
+# shown hooks and the module's four (data transfer, training_step, backward), the training loop, the
+# clock. Nothing per algorithm but its own two calls and its cost marker's finish.
 ACTIVE_BUDGET = {
     "package": 263,
     "algorithms": 2 * 16 * 9,  # each algorithm's match and apply at each event, nothing else
