@@ -43,11 +43,33 @@ def _same_plans(a: list[PlanTraces], b: list[PlanTraces]) -> bool:
     return len(a) == len(b) and all(map(operator.is_, a, b))
 
 
+class _GroupRow(list):  # type: ignore[type-arg]  # a list of int counts
+    """A timeline group's counts from column ``start`` on (index ``i`` is column ``start + i``).
+
+    A group counts only the columns from the step it was made (or last folded) on, so folding it
+    into its keys' rows touches those columns only, not every column since the run began.
+    """
+
+    __slots__ = ("start",)
+
+    def __init__(self, start: int) -> None:
+        super().__init__()
+        self.start = start
+
+
 def _count(row: list[int], column: int) -> None:
     """One more run in ``column`` of a timeline row (the row grows to reach it)."""
     if len(row) <= column:
         row.extend([0] * (column + 1 - len(row)))
     row[column] += 1
+
+
+def _halve_row(row: list[int]) -> None:
+    """Sum a row's neighbouring columns in pairs, in place (groups hold the rows)."""
+    if row:
+        if len(row) % 2:
+            row.append(0)
+        row[:] = map(operator.add, row[0::2], row[1::2])
 
 
 class _StepTraces:
@@ -71,7 +93,7 @@ class _PlanTally:
 
     __slots__ = ("traces", "stats", "row", "pending", "last_step", "last_event")
 
-    def __init__(self, traces: PlanTraces, stats: list[TraceStats], row: list[int]) -> None:
+    def __init__(self, traces: PlanTraces, stats: list[TraceStats], row: _GroupRow) -> None:
         self.traces = traces
         self.stats = stats
         self.row = row  # its keys' group row in the timeline
@@ -99,7 +121,7 @@ class _StepTally:
 
     __slots__ = ("plans", "tallies", "row", "size", "pending", "last_step", "last_event")
 
-    def __init__(self, plans: list[PlanTraces], tallies: list[_PlanTally], row: list[int], size: int) -> None:
+    def __init__(self, plans: list[PlanTraces], tallies: list[_PlanTally], row: _GroupRow, size: int) -> None:
         self.plans = plans  # the step's PlanTraces, in run order
         self.tallies = tallies  # their tallies, in the same order
         self.row = row  # the timeline row of all the step's keys (a key twice if its plan ran twice)
@@ -144,7 +166,7 @@ class Timeline:
         # (the rows of a group's keys, the group's own row): keys that always run together (one
         # cached plan of the engine) are counted once per event in the group's row, and added to
         # their own rows when the rows are read.
-        self._groups: list[tuple[list[list[int]], list[int]]] = []
+        self._groups: list[tuple[list[list[int]], _GroupRow]] = []
         self.last_step = 0
 
     @property
@@ -167,19 +189,23 @@ class Timeline:
                 row = rows[key] = []
             _count(row, column)
 
-    def group(self, keys: Iterable[str]) -> list[int]:
-        """A row counting runs of ``keys`` together; pass it to :meth:`add_group` (one count per event)."""
+    def group(self, keys: Iterable[str]) -> _GroupRow:
+        """A row counting runs of ``keys`` together; pass it to :meth:`add_group` (one count per event).
+
+        The row starts at the latest column: a group made late in a run costs nothing for the columns
+        before it, when it is counted or folded into its keys' rows.
+        """
         members = []
         for key in keys:
             row = self._rows.get(key)
             if row is None:
                 row = self._rows[key] = []
             members.append(row)
-        group_row: list[int] = []
+        group_row = _GroupRow(self.last_step // self.bin_size)
         self._groups.append((members, group_row))
         return group_row
 
-    def retire_group(self, group_row: list[int]) -> None:
+    def retire_group(self, group_row: _GroupRow) -> None:
         """Add one :meth:`group`'s counts to its keys' rows and forget it (the others stay)."""
         for i in range(len(self._groups) - 1, -1, -1):  # the newest first: a group retired soon after it was made
             if self._groups[i][1] is group_row:
@@ -187,10 +213,14 @@ class Timeline:
                 self._fold_one(members, group_row)
                 return
 
-    def add_group(self, group_row: list[int], column: int) -> None:
+    def add_group(self, group_row: _GroupRow, column: int) -> None:
         """Count one run of each key of a :meth:`group` in ``column`` (from :meth:`column`): a loop that
         records many events at one step finds the column once."""
-        _count(group_row, column)
+        index = column - group_row.start
+        if index < 0:  # an earlier step than the group's first: its row reaches back
+            group_row[:0] = [0] * -index
+            group_row.start, index = column, 0
+        _count(group_row, index)
 
     def column(self, step: int) -> int:
         """The column ``step`` falls in, after making room for it (columns merge when it lies beyond
@@ -211,25 +241,27 @@ class Timeline:
         for members, group_row in self._groups:
             self._fold_one(members, group_row)
 
-    @staticmethod
-    def _fold_one(members: list[list[int]], group_row: list[int]) -> None:
-        if not group_row:
-            return
-        width = len(group_row)
-        for row in members:
-            if len(row) < width:
-                row.extend([0] * (width - len(row)))
-            row[:width] = map(operator.add, row[:width], group_row)  # element-wise, in C
-        group_row.clear()
+    def _fold_one(self, members: list[list[int]], group_row: _GroupRow) -> None:
+        if group_row:
+            start = group_row.start
+            end = start + len(group_row)
+            for row in members:
+                if len(row) < end:
+                    row.extend([0] * (end - len(row)))
+                row[start:end] = map(operator.add, row[start:end], group_row)  # element-wise, in C
+            group_row.clear()
+        group_row.start = self.last_step // self.bin_size  # its next counts come from here on
 
     def _halve(self) -> None:
         # Halving is linear, so the groups' rows are halved as they are (folding them first would
         # touch every key's row): the keys' rows get the halved counts when they are read.
-        for row in (*self._rows.values(), *(group_row for _, group_row in self._groups)):
-            if row:
-                if len(row) % 2:
-                    row.append(0)
-                row[:] = map(operator.add, row[0::2], row[1::2])  # pairs summed, in place: groups hold the rows
+        for row in self._rows.values():
+            _halve_row(row)
+        for _, group_row in self._groups:
+            if group_row.start % 2:  # the pairs start at an even column
+                group_row.insert(0, 0)
+            group_row.start //= 2
+            _halve_row(group_row)
         self.bin_size *= 2
 
     @property
