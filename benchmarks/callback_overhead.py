@@ -182,29 +182,59 @@ def time_fit(callbacks: list[L.Callback], steps: int) -> Run:
 
 
 class Toggling(Tiny):
-    """``Tiny`` that puts its guest callbacks into ``trainer.callbacks`` for ``block`` steps, then takes them out.
+    """``Tiny`` that puts one group of guest callbacks at a time into ``trainer.callbacks`` for ``block`` steps.
 
-    The switch happens in the module's ``on_train_batch_start``, which Lightning calls after its
-    callbacks' hook of the same name, so step i (from this hook to the next) runs wholly with or
-    wholly without the guests. Every step's CPU time is recorded with whether the guests took part.
+    The groups take turns, then a block runs with none of them: with one group, the guests take
+    part in alternate blocks. The switch happens in the module's ``on_train_batch_start``, which
+    Lightning calls after its callbacks' hook of the same name, so step i (from this hook to the
+    next) runs wholly with one group or with none. Every step's CPU time is recorded with the group
+    that took part (its index in ``groups``; -1 for none).
     """
 
-    def __init__(self, guests: list[L.Callback], block: int) -> None:
+    def __init__(self, groups: list[list[L.Callback]], block: int) -> None:
         super().__init__()
-        self.guests, self.block = guests, block
+        self.groups, self.block = groups, block
         self.marks: list[int] = []
-        self.present: list[bool] = []
+        self.slots: list[int] = []
+
+    @property
+    def present(self) -> list[bool]:
+        """For every step, whether a group of guests took part."""
+        return [slot >= 0 for slot in self.slots]
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
         self.marks.append(time.thread_time_ns())
-        present = (len(self.present) // self.block) % 2 == 0
+        slot = (len(self.slots) // self.block) % (len(self.groups) + 1)
+        slot = -1 if slot == len(self.groups) else slot
         callbacks = self.trainer.callbacks
-        if present and self.guests[0] not in callbacks:
-            callbacks.extend(self.guests)
-        elif not present and self.guests[0] in callbacks:
-            for guest in self.guests:
-                callbacks.remove(guest)
-        self.present.append(present)
+        for index, group in enumerate(self.groups):
+            if index == slot and group[0] not in callbacks:
+                callbacks.extend(group)
+            elif index != slot and group[0] in callbacks:
+                for guest in group:
+                    callbacks.remove(guest)
+        self.slots.append(slot)
+
+
+def in_run_groups(groups: list[list[L.Callback]], steps: int, block: int = 10,
+                  warmup: int = 200) -> list[list[float]]:
+    """One ``fit`` with each group of ``groups`` taking part in turn for ``block`` steps, then a block with none.
+
+    Returns the kept steps' CPU seconds per group, and last those of the steps with no guests.
+    Plain Lightning and Lightning with each group run in the same process, model and data, a few
+    milliseconds apart: what differs between the sets of steps is only each group's per-step work.
+    Every group is in the ``Trainer`` from the start, so its set-up hooks have run; the first
+    ``warmup`` steps are left out.
+    """
+    module = Toggling(groups, block)
+    trainer = L.Trainer(
+        accelerator="cpu", max_steps=steps, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, callbacks=[guest for group in groups for guest in group],
+    )
+    trainer.fit(module, loader(steps))
+    times = [(b - a) * 1e-9 for a, b in itertools.pairwise(module.marks)]
+    kept = list(zip(times, module.slots, strict=False))[warmup:]
+    return [[t for t, s in kept if s == slot] for slot in [*range(len(groups)), -1]]
 
 
 @dataclass
@@ -219,21 +249,9 @@ class AB:
 
 
 def in_run_ab(guests: list[L.Callback], steps: int, block: int = 10, warmup: int = 200) -> AB:
-    """One ``fit`` with ``guests`` taking part in alternate blocks of ``block`` steps (the first ``warmup`` left out).
-
-    Plain Lightning and Lightning with the guests run in the same process, model and data, a few
-    milliseconds apart: what differs between the two sets of steps is only the guests' per-step
-    work. The guests are in the ``Trainer`` from the start, so their set-up hooks have run.
-    """
-    module = Toggling(guests, block)
-    trainer = L.Trainer(
-        accelerator="cpu", max_steps=steps, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, callbacks=list(guests),
-    )
-    trainer.fit(module, loader(steps))
-    times = [(b - a) * 1e-9 for a, b in itertools.pairwise(module.marks)]
-    kept = list(zip(times, module.present, strict=False))[warmup:]
-    return AB([t for t, p in kept if p], [t for t, p in kept if not p])
+    """One ``fit`` with ``guests`` taking part in alternate blocks of ``block`` steps (see ``in_run_groups``)."""
+    with_guests, without = in_run_groups([guests], steps, block, warmup)
+    return AB(with_guests, without)
 
 
 AB_GUESTS: dict[str, Callable[[], list[L.Callback]]] = {
