@@ -62,3 +62,39 @@ def test_the_parts_benchmark_times_every_configuration_against_plain_lightning()
     extra = parts.measure(steps=30, rounds=1)
     assert list(extra) == list(parts.CONFIGS) and extra["plain Lightning"] == 0.0
     assert all(isinstance(value, float) for value in extra.values())
+
+
+def test_in_run_groups_runs_the_steps_without_the_bridge_as_plain_lightning(overhead) -> None:
+    """An active bridge also fires events from hooks it sets on the module (batch transfer, training_step,
+    backward). In the steps counted as without it, none of its events may run, neither the callback's nor the
+    module's; in each step counted as with it, all of them."""
+    from composer_bridge import Algorithm, Event
+
+    modules: list[Any] = []
+    seen: list[tuple[int, Event]] = []  # (the timed step the event ran in, the event)
+
+    class Count(Algorithm):
+        def match(self, event: Event, state: Any) -> bool:
+            return event in (Event.AFTER_DATALOADER, Event.BEFORE_BACKWARD, Event.BATCH_END)
+
+        def apply(self, event: Event, state: Any, logger: Any) -> None:
+            seen.append((len(modules[0].slots) - 1, event))  # step i: from the module's hook of i to that of i+1
+
+    original = overhead.Toggling.__init__
+
+    def remember(self: Any, *args: Any) -> None:
+        original(self, *args)
+        modules.append(self)
+
+    overhead.Toggling.__init__ = remember
+    try:
+        overhead.in_run_groups([[overhead.AlgorithmEngineCallback([Count()])], [Counter()]], steps=60, block=10,
+                               warmup=0)
+    finally:
+        overhead.Toggling.__init__ = original
+    slots = modules[0].slots
+    assert slots == [[0, 1, -1][(i // 10) % 3] for i in range(60)]
+    with_bridge = [i for i in range(59) if slots[i] == 0]  # (step 59 has no next batch)
+    for event in (Event.AFTER_DATALOADER, Event.BEFORE_BACKWARD, Event.BATCH_END):
+        steps = sorted(step for step, e in seen if e is event and 0 <= step < 59)
+        assert steps == with_bridge, event
