@@ -366,6 +366,8 @@ def main() -> None:
     parser.add_argument("--ab-repeats", type=int, default=3, help="in-run A/B fits per guest")
     parser.add_argument("--ab-only", action="store_true", help="only the in-run A/B of the empty bridge (with "
                         "PYTHONPATH=<other checkout>: compare versions)")
+    parser.add_argument("--groups-only", action="store_true", help="only the in-run fits of 16 algorithms against "
+                        "16 callbacks, and the interval algorithm's A/B (with PYTHONPATH=<other checkout>: compare versions)")
     parser.add_argument("--profiler", choices=("simple", "advanced", "pytorch"),
                         help="every Trainer's profiler (default: none, Lightning's PassThroughProfiler)")
     parser.add_argument("--quick", action="store_true", help="smoke run: 300 steps x 3 rounds, one 2000-step A/B")
@@ -390,6 +392,22 @@ def main() -> None:
             fit = in_run_ab([AlgorithmEngineCallback([])], args.ab_steps)
             print(f"{fit.ratio(statistics.fmean):.4f}x  {fit.ratio(statistics.median):.4f}x  "
                   f"{fit.ratio(lower_decile):.4f}x")
+        return
+    if args.groups_only:
+        import composer_bridge
+
+        print(f"composer_bridge from {os.path.dirname(composer_bridge.__file__)} on {L.__name__} {L.__version__}; "
+              f"in-run groups, {args.ab_steps} steps per fit: extra µs per step (mean) of {' and '.join(GROUPS)}, "
+              "their ratio; then the interval algorithm's in-run A/B")
+        for _ in range(args.ab_repeats):
+            *guests, none = in_run_groups([make() for make in GROUPS.values()], args.ab_steps, GROUP_BLOCK,
+                                          settle=GROUP_SETTLE)
+            extra = [(statistics.fmean(g) - statistics.fmean(none)) * 1e6 for g in guests]
+            print(f"+{extra[0]:.1f}  +{extra[1]:.1f}  {extra[0] / extra[1]:.3f}x")
+        interval = list(AB_GUESTS)[-1]
+        for _ in range(args.ab_repeats):
+            fit = in_run_ab(AB_GUESTS[interval](), args.ab_steps)
+            print(f"{interval}: +{(statistics.fmean(fit.with_guests) - statistics.fmean(fit.without)) * 1e6:.1f}")
         return
     keys, events = check_distinct_keys(50)  # also the warm-up
     runs: dict[str, list[Run]] = {name: [] for name in CONFIGS}

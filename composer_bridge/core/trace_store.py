@@ -38,6 +38,10 @@ class TraceStats:
     _last_event: int = field(default=0, repr=False, compare=False)
 
 
+#: the kinds of step (plans in order) the store keeps a tally for, and waits to see again
+_STEP_KINDS = 8
+
+
 def _same_plans(a: list[PlanTraces], b: list[PlanTraces]) -> bool:
     """Whether two steps ran the same cached plans (the same objects), in the same order."""
     return len(a) == len(b) and all(map(operator.is_, a, b))
@@ -309,17 +313,20 @@ class TraceStore(Mapping[int, list[Trace]]):
         # date when they are read (``stats``).
         self._plans: dict[int, _PlanTally] = {}
         self._events = 0  # events recorded: orders the tallies' and the keys' latest runs
-        # the last drained step's plans, when every one of its events was a cached plan's: a step that
-        # repeats them is counted in one go (see _StepTally)
+        # Steps of the same plans in the same order are counted in one go (see _StepTally): the tally of the
+        # step drained last, and those of the last few kinds of step, by their plans' ids (an algorithm that
+        # runs every few steps makes two or three kinds of step take turns). A kind seen once waits in
+        # _seen_steps: a tally is made when it comes again.
         self._step_tally: _StepTally | None = None
-        self._last_plans: list[PlanTraces] | None = None  # the plans of the step drained last
+        self._step_tallies: dict[tuple[int, ...], _StepTally] = {}
+        self._seen_steps: dict[tuple[int, ...], list[PlanTraces]] = {}
 
     @property
     def stats(self) -> dict[str, TraceStats]:
         """Trace key → :class:`TraceStats`, over the whole run."""
         self._drain()
-        if self._step_tally is not None:
-            self._step_tally.fold()
+        for step_tally in self._step_tallies.values():
+            step_tally.fold()
         for tally in self._plans.values():
             if tally.pending:
                 tally.fold()
@@ -359,9 +366,11 @@ class TraceStore(Mapping[int, list[Trace]]):
             step = self._pending_step
             kept, column = self._step_list(step), self._timeline.column(step)
             repeat = self._step_tally
+            if repeat is None or not _same_plans(pending, repeat.plans):
+                repeat = self._known_step(pending)  # (only when the step's plans changed)
             limit = self.max_traces_per_step
-            if repeat is not None and _same_plans(pending, repeat.plans) and (
-                    limit is None or kept.size + repeat.size <= limit):
+            if repeat is not None and (limit is None or kept.size + repeat.size <= limit):
+                self._step_tally = repeat
                 self._events += len(pending)
                 repeat.pending += 1
                 repeat.last_step, repeat.last_event = step, self._events
@@ -373,23 +382,36 @@ class TraceStore(Mapping[int, list[Trace]]):
                 self._record(traces, step, kept, column)
             self._remember_step(pending)
 
+    def _known_step(self, pending: list[PlanTraces]) -> _StepTally | None:
+        """The tally of an earlier kind of step with exactly these plans, if one is kept."""
+        tally = self._step_tallies.get(tuple(map(id, pending)))
+        return tally if tally is not None and _same_plans(pending, tally.plans) else None
+
     def _remember_step(self, pending: list[PlanTraces]) -> None:
-        """After a step recorded event by event: from its second run in a row on, a step of the same plans is
-        counted in one go (a step seen once may never come again: no timeline group is made for it)."""
-        if self._step_tally is not None:  # the steps it counted ended: its runs go to its plans, its group goes
-            self._step_tally.fold()
-            self._timeline.retire_group(self._step_tally.row)
-            self._step_tally = None
-        last, self._last_plans = self._last_plans, pending
-        if last is None or not _same_plans(last, pending):
+        """After a step recorded event by event: from its second run on, a step of the same plans is counted in one
+        go (a step seen once may never come again: no timeline group is made for it)."""
+        self._step_tally = None
+        key = tuple(map(id, pending))
+        if key in self._step_tallies:
+            return  # a known kind of step, cut to the per-step limit this time
+        seen = self._seen_steps.pop(key, None)
+        if seen is None or not _same_plans(seen, pending):
+            self._seen_steps[key] = pending  # (holding the plans keeps their ids from being reused)
+            if len(self._seen_steps) > _STEP_KINDS:
+                del self._seen_steps[next(iter(self._seen_steps))]
             return
         size, limit = sum(map(len, pending)), self.max_traces_per_step
         if limit is not None and size > limit:
             return  # its steps are cut to the limit, trace by trace
         tallies = [self._plans.get(id(traces)) for traces in pending]
-        if all(tally is not None and tally.traces is traces for tally, traces in zip(tallies, pending, strict=True)):
-            row = self._timeline.group(key for traces in pending for key in traces)
-            self._step_tally = _StepTally(pending, tallies, row, size)  # type: ignore[arg-type]
+        if not all(tally is not None and tally.traces is traces for tally, traces in zip(tallies, pending, strict=True)):
+            return
+        if len(self._step_tallies) >= _STEP_KINDS:  # the oldest kind's runs go to its plans, its group goes
+            oldest = self._step_tallies.pop(next(iter(self._step_tallies)))
+            oldest.fold()
+            self._timeline.retire_group(oldest.row)
+        row = self._timeline.group(key for traces in pending for key in traces)
+        self._step_tally = self._step_tallies[key] = _StepTally(pending, tallies, row, size)  # type: ignore[arg-type]
 
     def _record(self, traces: Traces, step: int, kept: _StepTraces, column: int) -> None:
         timeline = self._timeline
@@ -445,10 +467,11 @@ class TraceStore(Mapping[int, list[Trace]]):
         return kept
 
     def _forget_plans(self) -> None:
-        if self._step_tally is not None:
-            self._step_tally.fold()  # (its timeline group goes with the others below)
-            self._step_tally = None
-        self._last_plans = None
+        for step_tally in self._step_tallies.values():
+            step_tally.fold()  # (their timeline groups go with the others below)
+        self._step_tally = None
+        self._step_tallies.clear()
+        self._seen_steps.clear()
         for tally in self._plans.values():
             tally.fold()
         self._timeline.drop_groups()
@@ -464,7 +487,8 @@ class TraceStore(Mapping[int, list[Trace]]):
         self._dropped = 0
         self._plans.clear()
         self._step_tally = None
-        self._last_plans = None
+        self._step_tallies.clear()
+        self._seen_steps.clear()
 
     # --- reading -----------------------------------------------------------------------------
     def __getitem__(self, step: int) -> list[Trace]:

@@ -125,16 +125,51 @@ def _step_plans():
     return plan
 
 
-def test_an_algorithm_on_an_interval_costs_a_step_the_columns_since_the_plans_changed_not_the_whole_run(monkeypatch):
-    """An algorithm that runs every 4th step (an update interval) changes the step's plans twice in 4 steps. Each
-    change folds the repeated steps' group into its keys' rows; that must touch only the columns the group
-    counted, not every column since the run began (which cost 2.5 ms a change with 144 keys at step 1,000)."""
-    from composer_bridge.core.trace_store import Timeline
+def test_an_algorithm_on_an_interval_leaves_every_step_counted_in_one_go(monkeypatch):
+    """An algorithm that runs every 4th step (an update interval) makes two kinds of step take turns. Once each
+    kind has been seen twice, every step must be counted in one go (no event recorded on its own), and nothing
+    may be folded into the keys' rows until they are read; the totals and rows stay exact."""
+    from composer_bridge.core import trace_store
 
     plan = _step_plans()
     keys = [f"K{i:02d}" for i in range(16)]
     start, every = plan(*keys, event=Event.BATCH_START), plan(*keys)
     interval = plan("Interval", event=Event.BATCH_END)
+    recorded: list[int] = []
+    widths: list[int] = []
+    record, fold = trace_store.TraceStore._record, trace_store.Timeline._fold_one
+
+    def counted_record(self, traces, step, kept, column):
+        recorded.append(step)
+        record(self, traces, step, kept, column)
+
+    def measured_fold(self, members, group_row):
+        widths.append(len(group_row))
+        fold(self, members, group_row)
+
+    monkeypatch.setattr(trace_store.TraceStore, "_record", counted_record)
+    monkeypatch.setattr(trace_store.Timeline, "_fold_one", measured_fold)
+    lazy, eager = TraceStore(), TraceStore()
+    for step in range(3000):  # past the timeline's 1,024 columns: halvings while the groups are live
+        shape = [start, every, interval] if step % 4 == 0 else [start, every]
+        for traces in shape:
+            lazy.log_traces(traces, step)
+            monkeypatch.setattr(trace_store.TraceStore, "_record", record)
+            eager.log_traces(_plain_copy(traces), step)
+            monkeypatch.setattr(trace_store.TraceStore, "_record", counted_record)
+    lazy.log_traces(start, 3000)  # the last step is recorded when the next begins
+    assert max(recorded) < 16, sorted(set(recorded))
+    assert not widths, widths[:5]
+    monkeypatch.setattr(trace_store.TraceStore, "_record", record)
+    eager.log_traces(_plain_copy(start), 3000)
+    assert lazy.stats == eager.stats and lazy.timeline.rows == eager.timeline.rows
+
+
+def test_a_timeline_group_made_late_in_a_run_folds_only_its_own_columns(monkeypatch):
+    """A group (the keys of one kind of step) made at step 1,000 and retired four steps later must touch 5 columns
+    of its keys' rows, not 1,000: with 144 keys that fold cost 2.5 ms a change of the step's plans."""
+    from composer_bridge.core.trace_store import Timeline
+
     widths: list[int] = []
     fold = Timeline._fold_one
 
@@ -143,14 +178,15 @@ def test_an_algorithm_on_an_interval_costs_a_step_the_columns_since_the_plans_ch
         fold(self, members, group_row)
 
     monkeypatch.setattr(Timeline, "_fold_one", measured)
-    lazy, eager = TraceStore(), TraceStore()
-    for step in range(3000):  # past the timeline's 1,024 columns: halvings while groups are live
-        shape = [start, every, interval] if step % 4 == 0 else [start, every]
-        for traces in shape:
-            lazy.log_traces(traces, step)
-            eager.log_traces(_plain_copy(traces), step)
-    assert widths and max(widths) <= 4, max(widths)
-    assert lazy.stats == eager.stats and lazy.timeline.rows == eager.timeline.rows
+    timeline = Timeline(max_columns=4096)
+    for step in range(1000):
+        timeline.add("A", step)
+    group = timeline.group(["A", "B"])
+    for step in range(1000, 1004):
+        timeline.add_group(group, timeline.column(step))
+    timeline.retire_group(group)
+    assert widths == [5]  # its first column is the one it was made in (a step may still be counted there)
+    assert timeline.rows["A"] == [1] * 1004 and timeline.rows["B"] == [0] * 1000 + [1] * 4
 
 
 def test_a_step_logged_again_after_later_steps_and_timeline_reads_mid_run_count_as_every_key_would():
@@ -178,3 +214,28 @@ def test_a_step_logged_again_after_later_steps_and_timeline_reads_mid_run_count_
             assert lazy.timeline.rows == eager.timeline.rows, step
     assert lazy.stats == eager.stats and lazy.timeline.rows == eager.timeline.rows
     assert lazy.timeline.bin_size == eager.timeline.bin_size > 1
+
+
+def test_more_kinds_of_step_than_the_store_keeps_tallies_for_still_count_as_every_key_would():
+    """Twelve kinds of step taking turns at random (more than the store keeps a tally for: the oldest kinds are
+    folded and forgotten, and made again), with the per-step limit and without: every total, latest step, row and
+    step's traces must equal those of counting every key."""
+    import itertools
+    import random
+
+    plan = _step_plans()
+    events = [plan("A", "B"), plan("A", event=Event.BATCH_START), plan("C", event=Event.AFTER_BACKWARD),
+              plan("B", "C", event=Event.AFTER_FORWARD)]
+    shapes = [list(p) for p in itertools.permutations(events, 2)][:12]
+    for limit in (None, 3):
+        lazy, eager = TraceStore(max_steps=50, max_traces_per_step=limit), TraceStore(max_steps=50, max_traces_per_step=limit)
+        lazy.timeline.max_columns = eager.timeline.max_columns = 32
+        draw = random.Random(3)
+        for step in range(1500):
+            for traces in draw.choice(shapes[:draw.choice((3, 12))]):
+                lazy.log_traces(traces, step)
+                eager.log_traces(_plain_copy(traces), step)
+            if draw.random() < 0.01:
+                assert lazy.stats == eager.stats and lazy.timeline.rows == eager.timeline.rows, step
+        assert lazy.stats == eager.stats and lazy.timeline.rows == eager.timeline.rows
+        assert list(lazy) == list(eager) and all(lazy[s] == eager[s] for s in lazy) and lazy.dropped == eager.dropped
