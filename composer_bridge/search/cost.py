@@ -27,7 +27,10 @@ class SearchCost(FieldsMapping):
         clock, clock_means: the clock and what it measures, in words.
         search_fits, confirm_fits: fits the decisions read, and the confirmation's.
         search_train, confirm_train: their training time.
-        baseline_run: one baseline run on the search seeds (every run length on one seed, mean over seeds).
+        baseline_run: one baseline run on the search seeds (every run length on one seed, mean over seeds); with a
+            run you gave, that run on the search's clock (its time scaled by how much slower or faster the machine
+            trains now, read from the baseline trained now).
+        baseline_run_given: that run's time as given, where it was put on the search's clock (else ``None``).
         search_unread_fits, search_unread_train: fits trained ahead, side by side, that no decision read.
         max_fits, max_train, max_baseline_runs: the budgets given (``max_train`` is the time budget in force).
         full_baseline_run: one full-size baseline run (every run length on one confirmation seed), when trained.
@@ -50,6 +53,7 @@ class SearchCost(FieldsMapping):
     max_train: float | None = None
     max_baseline_runs: float | None = None
     full_baseline_run: float | None = None
+    baseline_run_given: float | None = None
     overhead_s: float = 0.0
     overhead_cpu_s: float = 0.0
     overhead_fraction_of_budget: float | None = None

@@ -31,7 +31,8 @@ soonest, at its length, so the user trains exactly the run that was measured.
    target (at most twice ``T`` or the budget left), and, with budget left, at the next shorter length on the same
    seed (kept if it reaches the target sooner there). Its time against your run's ``T`` is the estimate: the two
    runs share the seed's luck, and the comparison costs no baseline run. ``T`` is on the clock of the runs trained
-   now: scaled by the race seed's baseline's time over your run's for the same steps (:func:`clock_ratio`). A given
+   now: scaled by the race seed's baseline's time over your run's for the same steps (:func:`clock_ratio`), and so
+   is the budget's unit, one baseline run (from then on the budget buys the runs it says at today's speed). A given
    run is also timed again beside the pick when the budget left holds it. Its interval comes from
    the seed-to-seed spread of a run's time to the target: a prior of 10 % worth two seed pairs, pooled with the
    pairs measured, never below what the validations' own noise gives, and widened by Student's t for the few
@@ -228,6 +229,8 @@ class PrescriptionSearch:
         #: the race seed's baseline's time over your run's for the same steps (``None``: not measured); your run's
         #: times are scaled by it (:meth:`_on_search_clock`)
         self.clock_ratio: float | None = None
+        #: your run's time as given, before it was put on the search's clock (``None``: not rescaled)
+        self.baseline_seconds_given: float | None = None
         self.confirmed_trials: list[Trial] = []
         self.estimate: Estimate | None = None
 
@@ -447,8 +450,9 @@ class PrescriptionSearch:
         """Your run's times put on the clock of the runs trained now: the same configuration (the baseline) takes the
         same time for the same steps, so the race seed's baseline against your run over its steps is how much faster
         or slower the machine trains now than when your run was timed (another load, another machine). Your run's
-        time to the target, against which the pick is measured, is scaled by that ratio; the rungs stay where your
-        run's time put them (every run they compare is trained now) and so does the budget's unit."""
+        time to the target, against which the pick is measured, is scaled by that ratio, and so is the budget's unit
+        (one baseline run is what your run costs on this clock now: the budget buys the runs it says at the machine's
+        speed now); the rungs stay where your run's time put them (every run they compare is trained now)."""
         base = self.trials[0]
         self.clock_ratio = ratio = clock_ratio(race.points, base.points)
         if ratio is None or ratio == 1.0:
@@ -456,10 +460,13 @@ class PrescriptionSearch:
         scaled = [[step, round(seconds * ratio, 6), quality] for step, seconds, quality in base.points]
         base.record = replace(base.record, points=scaled, seconds=round(base.record.seconds * ratio, 6))
         before, self.T = self.T, base.time
+        self.baseline_seconds_given, self.baseline_seconds = self.baseline_seconds, base.record.seconds
         self.steps.append(f"your run on this machine's clock now: the race seed's baseline took {ratio:.3f}x your run's "
                           f"time for its first {race.points[-1][0]} steps" +
                           (f"; your run's time to the target {before:.3g} -> {self.T:.3g} {self.settings.unit}"
-                           if before is not None and self.T is not None else ""))
+                           if before is not None and self.T is not None else "") +
+                          f"; one baseline run, the budget's unit, {self.baseline_seconds_given:.3g} -> "
+                          f"{self.baseline_seconds:.3g} {self.settings.unit}")
 
     def _start_bars(self, points: Sequence[CurvePoint]) -> None:
         """Each rung's bar starts from this baseline curve's quality there (read at the rung's time exactly)."""

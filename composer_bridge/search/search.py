@@ -326,6 +326,7 @@ def _prescribe(settings: SearchSettings, state: SearchState, runner: Executor, r
         clock=settings.clock, clock_means=CLOCKS[settings.clock], search_fits=len(book.search_fits),
         confirm_fits=len(book.confirm_fits), search_train=search_s,
         confirm_train=sum(f.seconds for f in book.confirm_fits), baseline_run=baseline,
+        baseline_run_given=search.baseline_seconds_given,
         max_fits=settings.max_fits, max_train=settings.max_train_seconds, max_baseline_runs=settings.max_baseline_runs,
         overhead_s=state.overhead_s, overhead_cpu_s=state.overhead_cpu_s, fits_trained_now=book.trained,
         lightning_outside_training_s=sum(f.fit_wall_s - f.wall_s for f in (*book.search_fits, *book.confirm_fits)))

@@ -337,3 +337,23 @@ def test_your_run_timed_on_a_faster_machine_is_put_on_the_clock_of_the_runs_trai
                                 for s in seeds))
     assert prescription.speedup == pytest.approx(held, rel=0.05)
     assert search.clock_ratio == pytest.approx(1.2)
+
+
+def test_the_budget_buys_the_runs_it_says_at_the_speed_the_machine_trains_now() -> None:
+    # your run was timed on an idle machine, 1.5 times faster than the search's runs train now: a budget of 2.25
+    # baseline runs counted in your run's seconds as given buys only 1.5 of today's runs, too few for the race and
+    # the pick's run on your run's seed. Counted in today's baseline runs, it holds them, and the cost is reported
+    # in that unit, with your run's time as given beside it.
+    model = Model({"a": Truth(speed=0.9), "b": Truth(speed=0.9), "fast": Truth(speed=1.3)}, luck_sd=0.0, run_sd=0.0)
+    executor = SimExecutor(model)
+    settings = _settings(["a", "b", "fast"], max_baseline_runs=2.25)
+    idle = [(step, t / 1.5, q) for step, t, q in model.points((), 0, B, 10)]
+    search = PrescriptionSearch(settings, RunBook(settings, SearchState(None, {}), executor), eval_every=10,
+                                baseline_run=idle, target=0.8)
+    prescription = search.run()
+    assert [c.label for c in prescription.algorithms] == ["fast"], search.steps
+    assert search.clock_ratio == pytest.approx(1.5)
+    assert search.baseline_seconds_given == pytest.approx(idle[-1][1])
+    assert search.baseline_seconds == pytest.approx(1.5 * idle[-1][1])
+    spent = search.book.spent()
+    assert 1.5 * search.baseline_seconds_given < spent <= 2.25 * search.baseline_seconds
