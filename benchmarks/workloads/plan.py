@@ -62,7 +62,7 @@ class Settings:
 
 
 #: the prescription search's current revision (a new one trains its searches again; the older records stay)
-PRESCRIBE_REVISION = "race-seed-5"
+PRESCRIBE_REVISION = "t-sure-6"
 
 
 @dataclass(frozen=True)

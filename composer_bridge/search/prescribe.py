@@ -36,8 +36,8 @@ soonest, at its length, so the user trains exactly the run that was measured.
    run is also timed again beside the pick when the budget left holds it. Its interval comes from
    the seed-to-seed spread of a run's time to the target: a prior of 10 % worth two seed pairs, pooled with the
    pairs measured, never below what the validations' own noise gives, and widened by Student's t for the few
-   degrees of freedom. It is prescribed only if it is sure enough (``confidence``) to beat the baseline;
-   otherwise the prescription is the baseline at ``B``. The budget keeps the pick's run aside once one
+   degrees of freedom. It is prescribed only if it is sure enough (``confidence``) to beat the baseline, read
+   from Student's t at those degrees of freedom (:func:`how_sure`); otherwise the prescription is the baseline at ``B``. The budget keeps the pick's run aside once one
    leads.
 5. **Confirmation (optional).** The prescription and the baseline at ``B`` on ``confirm_seeds``, reported on
    its own: it is not part of the search's cost.
@@ -57,7 +57,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from composer_bridge.search.curve_rule import CurvePoint, CurveRule, first_reach
-from composer_bridge.search.estimate import Estimate
+from composer_bridge.search.estimate import Estimate, t_cdf
 from composer_bridge.search.executor import Executor
 from composer_bridge.search.prescription import Prescription
 from composer_bridge.search.results import BudgetExhausted, Config, CurveResult, config_name
@@ -66,7 +66,7 @@ from composer_bridge.search.settings import SearchSettings
 from composer_bridge.search.state import SearchState
 from composer_bridge.search.trial import FitRecord
 
-__all__ = ["RUNGS", "PrescriptionSearch", "RunBook", "Trial", "clock_ratio", "prescribe", "validation_noise"]
+__all__ = ["RUNGS", "PrescriptionSearch", "RunBook", "Trial", "clock_ratio", "how_sure", "prescribe", "validation_noise"]
 
 #: the rungs, as fractions of the baseline's time to the target, and the share of runs kept at each (ASHA's eta)
 RUNGS = (1 / 12, 1 / 3)
@@ -95,6 +95,22 @@ def t_quantile(p: float, df: int) -> float:
         return _T95[df]
     z = statistics.NormalDist().inv_cdf(p)
     return z + (z ** 3 + z) / (4 * df)
+
+
+def how_sure(speedup: float, sd: float, df: int) -> float:
+    """How sure a measured ``speedup`` says the run beats the baseline: the probability that its log is above 0
+    under Student's t with ``df`` degrees of freedom, ``sd`` the log-speed-up's standard deviation (itself measured
+    on few seed pairs, hence the t's heavier tails at every level, not only at the interval's 95 %).
+
+    Examples:
+        >>> round(how_sure(math.exp(0.2), 0.1, 2), 3), round(how_sure(math.exp(0.2), 0.1, 10**6), 3)
+        (0.908, 0.977)
+        >>> how_sure(1.3, 0.0, 2), how_sure(0.9, 0.0, 2)
+        (1.0, 0.0)
+    """
+    if sd <= 0:
+        return float(speedup > 1)
+    return t_cdf(math.log(speedup) / sd, df)
 
 
 def clock_ratio(now: Sequence[CurvePoint], before: Sequence[CurvePoint]) -> float | None:
@@ -509,10 +525,9 @@ class PrescriptionSearch:
         sd_est, sd_new = math.sqrt(2) * cv, math.sqrt(math.pi / new) * cv
         t = t_quantile(0.95, df)  # not the normal's: the noise itself is estimated
         low, high = fresh * math.exp(-t * math.hypot(sd_est, sd_new)), fresh * math.exp(t * math.hypot(sd_est, sd_new))
-        widen = t / statistics.NormalDist().inv_cdf(0.95)
         self.estimate = Estimate(mean=fresh, low=low, high=high, raw=raw, confidence=0.9, noise_sd=cv,
                                  spread_sd=0.0, shrink=1.0, configurations=len(self.trials), new_seeds=new)
-        sure = statistics.NormalDist().cdf(math.log(fresh) / (sd_est * widen)) if sd_est > 0 else float(fresh > 1)
+        sure = how_sure(fresh, sd_est, df)
         against = (f"the baseline's run again on that seed ({base_time:.3g} {s.unit})" if base_time is not None else
                    f"your baseline run ({self.T:.3g} {s.unit})")
         if s.confidence and (fresh <= 1 + s.min_gain or sure < s.confidence):
