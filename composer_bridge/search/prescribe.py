@@ -37,8 +37,8 @@ soonest, at its length, so the user trains exactly the run that was measured.
    the seed-to-seed spread of a run's time to the target: a prior of 10 % worth two seed pairs, pooled with the
    pairs measured, never below what the validations' own noise gives, and widened by Student's t for the few
    degrees of freedom. It is prescribed only if it is sure enough (``confidence``) to beat the baseline, read
-   from Student's t at those degrees of freedom (:func:`how_sure`); otherwise the prescription is the baseline at ``B``. The budget keeps the pick's run aside once one
-   leads.
+   from Student's t at those degrees of freedom (:func:`how_sure`); otherwise the prescription is the baseline at
+   ``B``. The budget keeps the pick's run aside once one leads.
 5. **Confirmation (optional).** The prescription and the baseline at ``B`` on ``confirm_seeds``, reported on
    its own: it is not part of the search's cost.
 
