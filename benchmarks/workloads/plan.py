@@ -62,7 +62,7 @@ class Settings:
 
 
 #: the prescription search's current revision (a new one trains its searches again; the older records stay)
-PRESCRIBE_REVISION = "t-sure-6"
+PRESCRIBE_REVISION = "reserve-7"
 
 
 @dataclass(frozen=True)

@@ -11,12 +11,14 @@ soonest, at its length, so the user trains exactly the run that was measured.
    ``Q``. One such run is the cost's unit.
 2. **Successive halving at equal training time, on runs that go on, on another seed.** The candidates race on a
    seed of their own (the first finalist seed, else the second search seed), so your run's seed makes no choice:
-   first the baseline there, to the last rung, then every starting recipe and candidate at ``B``, two at a time,
-   for at most ``T/3`` of training (the last rung). Each is raced against what is known when it starts: it stops
-   once it reaches ``Q`` (its time is known), once it has trained the best time so far (less ``min_gain``)
-   without reaching ``Q`` (it cannot win), at its share of the budget left (the pick's run kept aside once one
-   leads), or at a rung (``T/12``, ``T/3``) if its quality there is below the bar by more than one validation's
-   noise (a smaller gap the noise alone can make): the bar is the worst of the best quarter of the qualities the
+   first the baseline there, to the last rung, then every starting recipe and candidate at ``B``, two at a time
+   (one where the budget left holds one run as long as it needs, not two), for at most ``T/3`` of training (the
+   last rung). Each is raced against what is known when it starts: it stops once it reaches ``Q`` (its time is
+   known), once it has trained the best time so far (less ``min_gain``) without reaching ``Q`` (it cannot win), at
+   its share of the budget left (the pick's run kept aside once one leads, and in the uncapped waves of shorter
+   lengths: :meth:`PrescriptionSearch._reserve`), or at a rung (``T/12``, ``T/3``) if its quality there is below
+   the bar by more than the noise of a gap between two runs' validations (``sqrt(2)`` times one validation's: a
+   smaller gap the noise alone can make): the bar is the worst of the best quarter of the qualities the
    runs before it had there on the race seed, the baseline's included (ASHA's promotion rule, read at equal
    training time rather than at equal steps, since methods differ in their cost per step).
    A run that clears the rung trains on: nothing is retrained. Qualities at a rung are read between a run's
@@ -38,7 +40,8 @@ soonest, at its length, so the user trains exactly the run that was measured.
    pairs measured, never below what the validations' own noise gives, and widened by Student's t for the few
    degrees of freedom. It is prescribed only if it is sure enough (``confidence``) to beat the baseline, read
    from Student's t at those degrees of freedom (:func:`how_sure`); otherwise the prescription is the baseline at
-   ``B``. The budget keeps the pick's run aside once one leads.
+   ``B``. The budget keeps aside for the pick's run the longest it may take and still be prescribed: ``T`` over
+   the least speed-up the prior noise reads as ``confidence`` sure (:meth:`PrescriptionSearch.least_speedup`).
 5. **Confirmation (optional).** The prescription and the baseline at ``B`` on ``confirm_seeds``, reported on
    its own: it is not part of the search's cost.
 
@@ -58,6 +61,7 @@ from dataclasses import dataclass, field, replace
 
 from composer_bridge.search.curve_rule import CurvePoint, CurveRule, first_reach
 from composer_bridge.search.estimate import Estimate, t_cdf
+from composer_bridge.search.estimate import t_quantile as estimate_t_quantile
 from composer_bridge.search.executor import Executor
 from composer_bridge.search.prescription import Prescription
 from composer_bridge.search.results import BudgetExhausted, Config, CurveResult, config_name
@@ -272,15 +276,16 @@ class PrescriptionSearch:
                 continue
             values = sorted(self.rung_values.get(i, []), reverse=self.higher)
             if values:
-                # a run behind the bar by no more than one validation's noise may be behind by that noise alone
-                margin = -self.noise if self.higher else self.noise
+                # a run behind the bar by no more than the noise of a gap between two validations may be behind by
+                # that noise alone
+                margin = -self.gap_noise if self.higher else self.gap_noise
                 gates.append((round(at, 6), round(values[math.ceil(len(values) / ETA) - 1] + margin, 6)))
         return CurveRule(self.eval_every, self.Q, self.higher, round(limit, 6), tuple(gates))
 
     def _pick(self) -> Trial:
         """The run the finalist seed measures: the one that reached the target soonest, if any beat the baseline's
         time; else the one with the best quality at the last rung, if it is ahead of the baseline's quality there
-        by more than the validation noise; else the baseline."""
+        by more than the validation noise (a lenient bar: its run on your run's seed decides); else the baseline."""
         best = self.best_trial()
         if best.config or best.steps != self.B:
             return best
@@ -292,6 +297,12 @@ class PrescriptionSearch:
         if lead > self.noise:
             return next(t for t in self.trials if (t.config, t.steps) == top)
         return best
+
+    @property
+    def gap_noise(self) -> float:
+        """The standard deviation of the gap between two runs' validations (each with :func:`validation_noise`'s):
+        the gap that noise alone makes between two runs that are equally good."""
+        return math.sqrt(2) * self.noise
 
     def best_trial(self) -> Trial:
         reached = [t for t in self.trials if t.time is not None]
@@ -316,14 +327,16 @@ class PrescriptionSearch:
                     self.cleared[(trial.config, trial.steps)] = value
 
     def _wave(self, wanted: Sequence[tuple[Config, int]], what: str, cap: float | None = None) -> None:
-        """Run ``wanted`` (configuration, length) on the race seed, :data:`WAVE` at a time, each for at
-        most ``cap`` of training."""
+        """Run ``wanted`` (configuration, length) on the race seed, :data:`WAVE` at a time (fewer where the budget
+        left holds fewer runs as long as they need: :meth:`_wave_size`), each for at most ``cap`` of training."""
         seed = self.race_seed
         done = {(t.config, t.steps) for t in self.trials}
         wanted = [w for w in wanted if w not in done]
-        for start in range(0, len(wanted), WAVE):
-            chunk = wanted[start:start + WAVE]
-            stops = [x for x in (self._share(what, len(chunk)), cap) if x is not None]
+        start = 0
+        while start < len(wanted):
+            size = self._wave_size(what, len(wanted) - start, cap)
+            chunk, start = wanted[start:start + size], start + size
+            stops = [x for x in (self._share(what, len(chunk), capped=cap is not None), cap) if x is not None]
             share = min(stops) if stops else None
             records = self.book.run([(config, seed, steps, self._rule(share, self.settings.pays_late(config)))
                                      for config, steps in chunk], "search")
@@ -335,6 +348,23 @@ class PrescriptionSearch:
                 self._record_rungs(trial)
             for trial in trials:
                 self._describe(trial, before)
+
+    def _wave_size(self, what: str, remaining: int, cap: float | None) -> int:
+        """How many of the next runs start together: :data:`WAVE`, or one where the budget left would give each of
+        :data:`WAVE` less than a run needs (``cap``, or the time it must beat to win) and one alone more: runs that
+        split a budget neither can win in would both be wasted. The same budget takes the same path on any number
+        of workers."""
+        size = min(WAVE, remaining)
+        if size == 1:
+            return 1
+        need = self._rule().stop_after or math.inf
+        if cap is not None:
+            need = min(need, cap)
+        try:
+            share = self._share(what, size, capped=cap is not None)
+        except BudgetExhausted:
+            return 1  # one run alone may still have a share: the next call says
+        return size if share is None or share >= need else 1
 
     def _describe(self, trial: Trial, before: float | None) -> None:
         unit = self.settings.unit
@@ -363,15 +393,31 @@ class PrescriptionSearch:
         limits = [x for x in (s.max_train_seconds, runs) if x is not None]
         return min(limits) if limits else None
 
-    def _reserve(self) -> float:
-        """The budget kept aside for the pick's run on your run's seed, once there is a pick (a run that reached the
-        target sooner than the baseline, or leads at the last rung): its time so far, else your run's ``T``. Nothing
-        is kept while no candidate leads: a budget held for a run that never comes would stop the exploration
-        early. Its baseline is your run itself, on the same seed: nothing is kept for that."""
-        pick = self._pick()
-        if not pick.config and pick.steps == self.B:
+    def _reserve(self, capped: bool = True) -> float:
+        """The budget kept aside for the pick's run on your run's seed: the longest that run may take and still be
+        prescribed, your run's ``T`` over :meth:`least_speedup`, with room for its last validation past it. Not the
+        pick's time on the race seed: your run's seed may be slower for it, and a pick cut short there is a search
+        thrown away. Kept once a candidate leads, and before that in a wave whose runs are not ``capped`` at the
+        last rung (the shorter lengths: they share the budget left, and the one that reaches the target is the
+        pick); not before in the capped waves, where a budget held for a run that may never come would stop the
+        exploration early. Its baseline is your run itself, on the same seed: nothing is kept for that; nor when
+        your run does not reach the target (the pick is then not measured on your run's seed)."""
+        if self.T is None:
             return 0.0
-        return pick.time or self.T or self.baseline_seconds
+        pick = self._pick()
+        if capped and not pick.config and pick.steps == self.B:
+            return 0.0
+        return self.T / self.least_speedup() + self._overshoot()
+
+    def least_speedup(self) -> float:
+        """The least speed-up on your run's seed that can be prescribed: ``1 + min_gain``, or, when a pick must be
+        ``confidence`` sure, the speed-up that the prior noise alone (:data:`PRIOR_CV`, :data:`PRIOR_DF`) reads as
+        that sure (:func:`how_sure`). A run on your seed slower than ``T`` over it cannot change the answer."""
+        s = self.settings
+        least = 1 + s.min_gain
+        if s.confidence:
+            least = max(least, math.exp(estimate_t_quantile(s.confidence, PRIOR_DF) * math.sqrt(2) * PRIOR_CV))
+        return least
 
     def _overshoot(self) -> float:
         """How far past its limit one run may train: a run stops at its first validation past it, up to one
@@ -384,7 +430,7 @@ class PrescriptionSearch:
         limit = self._time_limit()
         return limit - self.book.spent() - self._overshoot() if limit is not None else math.inf
 
-    def _share(self, what: str, runs: int) -> float | None:
+    def _share(self, what: str, runs: int, capped: bool = True) -> float | None:
         """Each of the next ``runs`` trials' share of the budget left (``None``: no time budget), the pick's run kept
         aside (:meth:`_reserve`) and room left for each run's last validation past its share (:meth:`_overshoot`);
         stops exploring when a share could not reach the first rung."""
@@ -394,7 +440,7 @@ class PrescriptionSearch:
         limit = self._time_limit()
         if limit is None:
             return None
-        reserve = self._reserve() if s.finalist_seeds or len(s.search_seeds) > 1 else 0.0
+        reserve = self._reserve(capped) if s.finalist_seeds or len(s.search_seeds) > 1 else 0.0
         share = (limit - reserve - self.book.spent()) / runs - self._overshoot()  # each may end a validation late
         if share <= self.rungs[0]:
             what_budget = (f"{s.max_baseline_runs:g} baseline runs" if s.max_baseline_runs is not None else

@@ -15,6 +15,7 @@ from helpers.prescribe_sim import Model, SimExecutor, Truth, candidates
 
 from composer_bridge.search.curve_rule import first_reach
 from composer_bridge.search.estimate import t_cdf
+from composer_bridge.search.estimate import t_quantile as estimate_t_quantile
 from composer_bridge.search.executor import InProcessExecutor
 from composer_bridge.search.prescribe import RUNGS, PrescriptionSearch, RunBook, how_sure, t_quantile
 from composer_bridge.search.settings import SearchSettings
@@ -313,7 +314,14 @@ def test_a_run_behind_at_a_rung_by_less_than_the_validation_noise_races_on() -> 
     assert search.noise > 0.015
     assert not (run.stopped or "").startswith("pruned"), run.stopped
     assert search.finalist is not None and list(search.finalist.config) == run.config
-    # behind by more than the noise (0.033), it is still stopped there
+    # behind by 0.022: more than one validation's noise, less than the gap's between two runs' validations (0.027,
+    # the sqrt(2) of two independent noises): a 1.25x method the noise alone puts there. It races on and is measured
+    # on your run's seed; held to one validation's noise it was stopped at the first rung.
+    search, run = _race(speed=1.25, lag=0.3)
+    assert search.gap_noise == pytest.approx(math.sqrt(2) * search.noise)
+    assert not (run.stopped or "").startswith("pruned"), run.stopped
+    assert search.finalist is not None and list(search.finalist.config) == run.config
+    # behind by more than that (0.033), it is still stopped there
     search, run = _race(speed=1.2, lag=0.3)
     assert (run.stopped or "").startswith("pruned at the rung at 1.33"), run.stopped
 
@@ -379,3 +387,71 @@ def test_how_sure_the_pick_is_reads_students_t_at_the_level_asked_not_the_interv
     sure = how_sure(prescription.speedup, sd, 2)
     assert prescription.speedup == pytest.approx(1.207, abs=1e-3)
     assert 0.8 <= sure < 0.9 and f"{100 * sure:.0f} % sure it beats the baseline: prescribed" in decided, decided
+
+
+def test_a_pick_found_among_the_shorter_lengths_keeps_the_budget_to_be_measured_on_your_run_seed() -> None:
+    # nothing helps, and the gain is a shorter schedule: the shorter lengths are raced last, without the rung's cap,
+    # when the budget (your run given, 2.5 baseline runs) holds one of them and the pick's run on your run's seed,
+    # not two. Raced side by side with nothing kept aside, the 120-step baseline reached the target first but its
+    # run on your run's seed was cut short by the budget left, and the search prescribed your run.
+    # With 2.75, the 120-step run alone took the budget its run on your run's seed needed unless it was kept aside.
+    model = Model({"a": Truth(speed=0.95), "b": Truth(speed=0.9)}, luck_sd=0.0, run_sd=0.0)
+    for runs in (2.5, 2.75):
+        executor = SimExecutor(model)
+        settings = _settings(["a", "b"], max_baseline_runs=runs)
+        search = PrescriptionSearch(settings, RunBook(settings, SearchState(None, {}), executor), eval_every=10,
+                                    baseline_run=model.points((), 0, B, 10), target=0.75)
+        prescription = search.run()
+        assert prescription.is_baseline and prescription.steps == 120, (runs, search.steps)
+        assert search.finalist.seed == 0 and search.finalist.time is not None
+        assert search.book.spent() <= runs * search.baseline_seconds + 1e-9
+    seeds = range(2000, 2005)
+    assert all(_heldout_time(model, (), 120, 0.75, s) < _heldout_time(model, (), B, 0.75, s) for s in seeds)
+
+
+def test_a_budget_that_holds_one_more_run_starts_one_so_the_pick_it_finds_can_be_measured() -> None:
+    # a 5x method first in the pool, one baseline run of budget beside your run: two runs side by side would split
+    # it, and the pick's run on your run's seed would get a second of training where it needs four
+    truths = {"rocket": Truth(speed=5.0)} | {f"s{i}": Truth(speed=0.9) for i in range(4)}
+    search, prescription, _ = _search_beside_your_run(Model(truths, luck_sd=0.1, run_sd=0.0), 1.0)
+    assert [c.label for c in prescription.algorithms] == ["rocket"], search.steps
+    assert search.finalist.seed == 0 and search.finalist.time is not None
+    assert search.book.spent() <= 1.0 * search.baseline_seconds + 1e-9
+
+
+def test_the_pick_on_your_run_seed_gets_the_longest_run_that_could_still_be_prescribed() -> None:
+    # what the budget keeps aside is your run's time over the least speed-up the prior noise reads as sure enough
+    # (1.16x at 80 %), not the pick's time on the race seed: your run's seed may be slower for it
+    model = Model({"a": Truth(speed=0.95), "b": Truth(speed=0.9)}, luck_sd=0.0, run_sd=0.0)
+    search, _, _ = _search_beside_your_run(model, 3.0)
+    least = math.exp(estimate_t_quantile(0.8, 2) * math.sqrt(2) * 0.1)
+    assert search.least_speedup() == pytest.approx(least) == pytest.approx(1.162, abs=1e-3)
+    # a 3.5x method reaches the target on the race seed in 5 s, where your run's seed (slower for every
+    # configuration) needs 6.2 s of it; the slow candidates after it spend the budget down to what is kept aside.
+    # Keeping its race time aside, its run on your run's seed stopped at 5 s and the search prescribed your run.
+    truths = {"rocket": Truth(speed=3.5)} | {f"s{i}": Truth(speed=0.9) for i in range(8)}
+    search, prescription, _ = _search_beside_your_run(Model(truths, luck_sd=0.1, run_sd=0.0), 1.5, eval_every=2)
+    race = next(t for t in search.trials if t.config == ("rocket",))
+    assert [c.label for c in prescription.algorithms] == ["rocket"], search.steps
+    assert search.finalist.time > race.time and search.book.spent() <= 1.5 * search.baseline_seconds + 1e-9
+    # on simulated tasks, with budgets of 2.25 and 2.5 baseline runs: every pick's run on your run's seed that
+    # stopped short of the target trained at least that long, and the pick held out is faster on every task
+    for runs in (2.25, 2.5):
+        faster = 0
+        for task in range(30):
+            speeds = [0.8 + 0.12 * ((task * 7 + i * 3) % 9) for i in range(6)]
+            truths = {f"c{i}": Truth(speed=v, lag=0.1 * ((task + i) % 3 == 0)) for i, v in enumerate(speeds)}
+            model = Model(truths, luck_sd=0.1, run_sd=0.05, validation_sd=0.01)
+            search, prescription, _ = _search_beside_your_run(model, runs, eval_every=4)
+            finalist = search.finalist
+            if finalist is not None and finalist.time is None and finalist.record.stopped is not None:
+                assert finalist.record.seconds >= search.T / search.least_speedup() - 1e-9, (task, search.steps)
+            config = tuple(c.label for c in prescription.algorithms)
+            seeds = range(2000, 2005)
+            base = statistics.median(_heldout_time(model, (), B, search.Q, s, 4) or math.inf for s in seeds)
+            mine = statistics.median(_heldout_time(model, config, prescription.steps, search.Q, s, 4) or math.inf
+                                     for s in seeds)
+            assert mine <= base, (task, search.steps)
+            faster += mine < base
+        # with the pick's time on the race seed kept aside, 23 of the 30 at both budgets
+        assert faster >= 27, (runs, faster)
