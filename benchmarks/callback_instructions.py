@@ -34,7 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 CONFIGS = ("plain", "empty", "16 algorithms", "16 callbacks")
-FIRST, LAST, STEPS = 100, 200, 250
+FIRST, LAST, STEPS = 100, 200, 250  # the default window; --window moves it (a window late in a long run)
 
 
 def collect(on: bool) -> None:
@@ -43,9 +43,9 @@ def collect(on: bool) -> None:
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def fit(config: str, switch: Callable[[bool], None] = collect) -> None:
-    """One fit of ``config`` (run inside callgrind): ``switch(True)`` as step FIRST starts, ``switch(False)`` as
-    step LAST starts, so steps FIRST..LAST-1 are counted."""
+def fit(config: str, switch: Callable[[bool], None] = collect, first: int = FIRST, last: int = LAST) -> None:
+    """One fit of ``config`` (run inside callgrind): ``switch(True)`` as step ``first`` starts, ``switch(False)`` as
+    step ``last`` starts, so steps ``first``..``last``-1 are counted (the fit trains ``last`` + 50 steps)."""
     import logging
     import warnings
 
@@ -59,8 +59,8 @@ def fit(config: str, switch: Callable[[bool], None] = collect) -> None:
     class Window(co.L.Callback):
         def on_train_batch_start(self, trainer: object, *args: object) -> None:
             step = trainer.global_step  # type: ignore[attr-defined]
-            if step in (FIRST, LAST):
-                switch(step == FIRST)
+            if step in (first, last):
+                switch(step == first)
 
     guests = {
         "plain": [],
@@ -68,40 +68,46 @@ def fit(config: str, switch: Callable[[bool], None] = collect) -> None:
         "16 algorithms": [AlgorithmEngineCallback([cls() for cls in co.DISTINCT_ALGORITHMS])],
         "16 callbacks": [cls() for cls in co.DISTINCT_CALLBACKS],
     }[config]
-    trainer = co.L.Trainer(accelerator="cpu", max_steps=STEPS, logger=False, enable_checkpointing=False,
+    steps = last + STEPS - LAST
+    trainer = co.L.Trainer(accelerator="cpu", max_steps=steps, logger=False, enable_checkpointing=False,
                            enable_progress_bar=False, enable_model_summary=False, callbacks=[Window(), *guests])
-    trainer.fit(co.Tiny(), co.loader(STEPS))
+    trainer.fit(co.Tiny(), co.loader(steps))
 
 
-def count(config: str, workdir: Path) -> int:
+def count(config: str, workdir: Path, first: int = FIRST, last: int = LAST) -> int:
     """Instructions per counted step of one ``config`` fit under callgrind."""
     out = workdir / f"callgrind.{config.replace(' ', '_')}"
     env = {**os.environ, "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1"}
     run = subprocess.run(["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
-                          sys.executable, __file__, "--fit", config], env=env, capture_output=True, text=True)
+                          sys.executable, __file__, "--fit", config, "--window", str(first), str(last)], env=env, capture_output=True, text=True)
     found = re.search(r"Collected\s*:\s*(\d+)", run.stderr)
     if run.returncode != 0 or found is None:
         raise RuntimeError(f"callgrind run of {config!r} failed (exit {run.returncode}):\n{run.stderr[-3000:]}")
-    return int(found.group(1)) // (LAST - FIRST)
+    return int(found.group(1)) // (last - first)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--fit", choices=CONFIGS, help=argparse.SUPPRESS)  # one fit, inside callgrind
     parser.add_argument("--jobs", type=int, default=2, help="callgrind runs side by side (default 2)")
+    parser.add_argument("--window", type=int, nargs=2, default=(FIRST, LAST), metavar=("FIRST", "LAST"),
+                        help=f"count steps FIRST..LAST-1 (default {FIRST} {LAST}; e.g. 3000 3100: late in a long run)")
     args = parser.parse_args()
+    first, last = args.window
+    if not 0 < first < last:
+        parser.error(f"--window {first} {last}: expected 0 < FIRST < LAST (steps counted: FIRST..LAST-1)")
     if args.fit:
-        fit(args.fit)
+        fit(args.fit, first=first, last=last)
         return
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         sys.exit("callback_instructions.py needs valgrind and callgrind_control on PATH (Debian: apt install valgrind).")
     import composer_bridge
 
     with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(args.jobs) as pool:
-        counts = dict(zip(CONFIGS, pool.map(lambda c: count(c, Path(tmp)), CONFIGS), strict=True))
+        counts = dict(zip(CONFIGS, pool.map(lambda c: count(c, Path(tmp), first, last), CONFIGS), strict=True))
     plain = counts["plain"]
     print(f"composer_bridge {composer_bridge.__version__} from {Path(composer_bridge.__file__).parent}; "
-          f"Python {sys.version.split()[0]}; steps {FIRST}-{LAST} of a {STEPS}-step fit, PYTHONHASHSEED=0\n")
+          f"Python {sys.version.split()[0]}; steps {first}-{last} of a {last + STEPS - LAST}-step fit, PYTHONHASHSEED=0\n")
     print("| configuration | instructions per step | extra over plain |")
     print("|---|---:|---:|")
     for config in CONFIGS:

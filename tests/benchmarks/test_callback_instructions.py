@@ -42,3 +42,20 @@ def test_collection_spans_the_steps_counted_and_each_configuration_trains_its_gu
     stops = {c: n for c, on, n in seen if not on}
     assert starts["16 algorithms"] == instructions.FIRST
     assert stops["16 algorithms"] - starts["16 algorithms"] == instructions.LAST - instructions.FIRST
+
+
+def test_a_window_moved_late_counts_its_own_steps(instructions, monkeypatch) -> None:
+    import composer_bridge
+
+    original = composer_bridge.AlgorithmEngineCallback.on_train_batch_start
+    algorithm_steps: list[int] = []
+
+    def record_step(self: Any, trainer: Any, *args: Any) -> None:
+        algorithm_steps.append(trainer.global_step)
+        return original(self, trainer, *args)
+
+    monkeypatch.setattr(composer_bridge.AlgorithmEngineCallback, "on_train_batch_start", record_step)
+    seen: list[tuple[bool, int]] = []
+    instructions.fit("16 algorithms", lambda on: seen.append((on, len(algorithm_steps))), first=300, last=340)
+    assert seen == [(True, 300), (False, 340)]
+    assert len(algorithm_steps) == 340 + instructions.STEPS - instructions.LAST  # trained past the window's end
