@@ -37,6 +37,11 @@ CONFIGS = ("plain", "empty", "16 algorithms", "16 callbacks")
 FIRST, LAST, STEPS = 100, 200, 250  # the default window; --window moves it (a window late in a long run)
 
 
+def fit_steps(last: int) -> int:
+    """The steps a fit whose window ends at ``last`` trains: 50 past it, as the default window's."""
+    return last + STEPS - LAST
+
+
 def collect(on: bool) -> None:
     """Switch callgrind's collection on or off for this process (which runs under callgrind)."""
     subprocess.run(["callgrind_control", "-i", "on" if on else "off", str(os.getpid())], check=True,
@@ -68,7 +73,7 @@ def fit(config: str, switch: Callable[[bool], None] = collect, first: int = FIRS
         "16 algorithms": [AlgorithmEngineCallback([cls() for cls in co.DISTINCT_ALGORITHMS])],
         "16 callbacks": [cls() for cls in co.DISTINCT_CALLBACKS],
     }[config]
-    steps = last + STEPS - LAST
+    steps = fit_steps(last)
     trainer = co.L.Trainer(accelerator="cpu", max_steps=steps, logger=False, enable_checkpointing=False,
                            enable_progress_bar=False, enable_model_summary=False, callbacks=[Window(), *guests])
     trainer.fit(co.Tiny(), co.loader(steps))
@@ -107,7 +112,7 @@ def main() -> None:
         counts = dict(zip(CONFIGS, pool.map(lambda c: count(c, Path(tmp), first, last), CONFIGS), strict=True))
     plain = counts["plain"]
     print(f"composer_bridge {composer_bridge.__version__} from {Path(composer_bridge.__file__).parent}; "
-          f"Python {sys.version.split()[0]}; steps {first}-{last} of a {last + STEPS - LAST}-step fit, PYTHONHASHSEED=0\n")
+          f"Python {sys.version.split()[0]}; steps {first}-{last} of a {fit_steps(last)}-step fit, PYTHONHASHSEED=0\n")
     print("| configuration | instructions per step | extra over plain |")
     print("|---|---:|---:|")
     for config in CONFIGS:

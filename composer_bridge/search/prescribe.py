@@ -266,8 +266,7 @@ class PrescriptionSearch:
     def _rule(self, share: float | None = None, late: bool = False) -> CurveRule:
         """The rule a trial started now runs under: the target, the time it must beat (or its ``share`` of the
         budget left, if less), the rungs' bars (a ``late`` payer's: the last rung's alone)."""
-        best = self.best_time()
-        limit = best / (1 + self.settings.min_gain) if best is not None else self.baseline_seconds
+        limit = self._must_beat()
         if share is not None:
             limit = min(limit, share)
         gates = []
@@ -281,6 +280,12 @@ class PrescriptionSearch:
                 margin = -self.gap_noise if self.higher else self.gap_noise
                 gates.append((round(at, 6), round(values[math.ceil(len(values) / ETA) - 1] + margin, 6)))
         return CurveRule(self.eval_every, self.Q, self.higher, round(limit, 6), tuple(gates))
+
+    def _must_beat(self) -> float:
+        """The training time a run started now must beat to win: the best time so far less ``min_gain`` (your
+        baseline run's whole time while nothing has reached the target)."""
+        best = self.best_time()
+        return best / (1 + self.settings.min_gain) if best is not None else self.baseline_seconds
 
     def _pick(self) -> Trial:
         """The run the finalist seed measures: the one that reached the target soonest, if any beat the baseline's
@@ -357,9 +362,7 @@ class PrescriptionSearch:
         size = min(WAVE, remaining)
         if size == 1:
             return 1
-        need = self._rule().stop_after or math.inf
-        if cap is not None:
-            need = min(need, cap)
+        need = self._must_beat() if cap is None else min(self._must_beat(), cap)
         try:
             share = self._share(what, size, capped=cap is not None)
         except BudgetExhausted:

@@ -13,18 +13,25 @@ def instructions():
     return load_script("benchmarks/callback_instructions.py", "callback_instructions_under_test")
 
 
-def test_collection_spans_the_steps_counted_and_each_configuration_trains_its_guests(instructions, monkeypatch) -> None:
+@pytest.fixture
+def algorithm_steps(monkeypatch) -> list[int]:
+    """The global step at each call of the bridge's ``on_train_batch_start``, in order."""
     import composer_bridge
 
-    seen: list[tuple[str, bool, int]] = []
     original = composer_bridge.AlgorithmEngineCallback.on_train_batch_start
-    algorithm_steps: list[int] = []
+    steps: list[int] = []
 
     def record_step(self: Any, trainer: Any, *args: Any) -> None:
-        algorithm_steps.append(trainer.global_step)
+        steps.append(trainer.global_step)
         return original(self, trainer, *args)
 
     monkeypatch.setattr(composer_bridge.AlgorithmEngineCallback, "on_train_batch_start", record_step)
+    return steps
+
+
+def test_collection_spans_the_steps_counted_and_each_configuration_trains_its_guests(instructions,
+                                                                                    algorithm_steps) -> None:
+    seen: list[tuple[str, bool, int]] = []
     for config in instructions.CONFIGS:
         steps_before = len(algorithm_steps)
 
@@ -44,17 +51,7 @@ def test_collection_spans_the_steps_counted_and_each_configuration_trains_its_gu
     assert stops["16 algorithms"] - starts["16 algorithms"] == instructions.LAST - instructions.FIRST
 
 
-def test_a_window_moved_late_counts_its_own_steps(instructions, monkeypatch) -> None:
-    import composer_bridge
-
-    original = composer_bridge.AlgorithmEngineCallback.on_train_batch_start
-    algorithm_steps: list[int] = []
-
-    def record_step(self: Any, trainer: Any, *args: Any) -> None:
-        algorithm_steps.append(trainer.global_step)
-        return original(self, trainer, *args)
-
-    monkeypatch.setattr(composer_bridge.AlgorithmEngineCallback, "on_train_batch_start", record_step)
+def test_a_window_moved_late_counts_its_own_steps(instructions, algorithm_steps) -> None:
     seen: list[tuple[bool, int]] = []
     instructions.fit("16 algorithms", lambda on: seen.append((on, len(algorithm_steps))), first=300, last=340)
     assert seen == [(True, 300), (False, 340)]
