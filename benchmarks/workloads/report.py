@@ -20,7 +20,8 @@ from workloads import scores
 from workloads.plan import WorkloadPlan
 from workloads.store import Store
 
-__all__ = ["assemble", "cell", "heldout_mean", "markdown", "plot", "prescription_table", "search_table", "workload_table"]
+__all__ = ["assemble", "cell", "heldout_mean", "heldout_seed_times", "markdown", "median_times", "plot",
+           "prescription_table", "search_table", "workload_table"]
 
 
 def _seed_times(plan: WorkloadPlan, store: Store, config: str, candidates: tuple, lr: float, target: float,
@@ -91,8 +92,9 @@ def assemble(plans: list[WorkloadPlan], store: Store) -> dict[str, Any]:
     return out
 
 
-def _scores(workloads: dict[str, Any]) -> dict[str, Any]:
-    """Every configuration's profile and score over the workloads (not applicable: the baseline's time)."""
+def median_times(workloads: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """``{config: {workload: median held-out seconds}}`` for the workloads each configuration is scored on (not
+    applicable: the baseline's time; still training: scored on the seeds it has, three at least)."""
     names = sorted({c for w in workloads.values() for c in w["configs"]})
     times: dict[str, dict[str, float]] = {}
     for name in names:
@@ -101,11 +103,21 @@ def _scores(workloads: dict[str, Any]) -> dict[str, Any]:
             row = entry["configs"].get(name)
             if row is None and name in entry["not_applicable"]:
                 row = entry["configs"].get("baseline")
-            # a configuration still training its later held-out seeds is scored on those it has (three at least)
             if row is not None and (row.get("complete", True) or len(row["seeds"]) >= 3):
                 per[workload] = row["median_seconds"]
         times[name] = per
-    times = {n: t for n, t in times.items() if t}
+    return {n: t for n, t in times.items() if t}
+
+
+def heldout_seed_times(workloads: dict[str, Any]) -> dict[str, dict[str, list[float]]]:
+    """Per configuration and workload it is scored on, the held-out seeds' times in seed order (``inf``: failed):
+    what :func:`~workloads.scores.bootstrap_scores` reads."""
+    return _seed_lists(workloads, median_times(workloads))
+
+
+def _scores(workloads: dict[str, Any]) -> dict[str, Any]:
+    """Every configuration's profile and score over the workloads (not applicable: the baseline's time)."""
+    times = median_times(workloads)
     rat = scores.ratios(times)
     intervals, draws = scores.bootstrap_scores(_seed_lists(workloads, times))
     taus = [1 + 0.05 * i for i in range(61)]
