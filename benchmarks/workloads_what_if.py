@@ -64,8 +64,7 @@ def what_if(results: dict[str, Any], hand: dict[str, str], rest: str | None = No
             if workload not in hand and workload in times[rest]:
                 search[workload] = list(times[rest][workload])
     out, draws = scores.bootstrap_scores({**times, "search": search}, replicates=replicates)
-    above = {c: round(scores.probability_higher("search", c, draws), 4) for c in out if c != "search"}
-    return {"scores": out, "search_above": above}
+    return {"scores": out, "search_above": scores.above("search", out, draws)}
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

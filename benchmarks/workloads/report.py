@@ -127,8 +127,7 @@ def _scores(workloads: dict[str, Any]) -> dict[str, Any]:
             "profiles": {"tau": taus, "rho": {n: scores.profile(r, taus) for n, r in rat.items()}},
             "ratios": {n: {w: (None if math.isinf(v) else round(v, 4)) for w, v in r.items()} for n, r in rat.items()},
             "score_intervals": intervals,
-            "search_above": {n: round(scores.probability_higher("search", n, draws), 4) for n in intervals
-                             if n != "search" and "search" in intervals}}
+            "search_above": scores.above("search", intervals, draws) if "search" in intervals else {}}
 
 
 def _seed_lists(workloads: dict[str, Any], times: dict[str, dict[str, float]]) -> dict[str, dict[str, list[float]]]:

@@ -27,8 +27,8 @@ from typing import Any
 
 from composer_bridge.search.curves import median_time  # the search's: a failure counts as infinitely slow
 
-__all__ = ["TAU_MAX", "bootstrap_scores", "median_time", "probability_higher", "profile", "ratios", "score", "speedups",
-           "time_to_target"]
+__all__ = ["TAU_MAX", "above", "bootstrap_scores", "median_time", "probability_higher", "profile", "ratios", "score",
+           "speedups", "time_to_target"]
 
 TAU_MAX = 4.0
 
@@ -135,3 +135,9 @@ def probability_higher(a: str, b: str, draws: Sequence[Mapping[str, float]]) -> 
     if not both:
         return math.nan
     return sum(1.0 if d[a] > d[b] else 0.5 if d[a] == d[b] else 0.0 for d in both) / len(both)
+
+
+def above(a: str, names: Sequence[str] | Mapping[str, Any], draws: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """``{name: share of draws in which a scores above it}`` for every other configuration in ``names``, rounded as
+    ``results.json`` gives it (``search_above``)."""
+    return {n: round(probability_higher(a, n, draws), 4) for n in names if n != a}
